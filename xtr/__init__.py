@@ -1,0 +1,1 @@
+"""xtr: XTR and T5-ColBERT multi-vector retrieval in JAX/Flax."""
