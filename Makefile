@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test smoke
+.PHONY: setup setup-tpu test smoke
 setup: $(STAMP)
 
 $(STAMP): setup.py
@@ -19,3 +19,7 @@ test: setup
 
 smoke: setup
 	$(VENV)/bin/xtr-train --gin_file=gin/runs/smoke.gin
+
+# On a TPU VM: the same install, with JAX's TPU backend (libtpu) instead of the CPU one.
+setup-tpu: setup
+	$(PY) -m pip install -q "jax[tpu]==0.10.2"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs xtr-train on every worker of an *existing* TPU VM pod; creates nothing by itself.
+#
+#   launch/tpu_pod.sh TPU_NAME ZONE --gin_file=gin/runs/xtr_msmarco.gin \
+#     --gin_bindings="MODEL_DIR='gs://bucket/xtr_base'" \
+#     --gin_bindings="TRIPLES_PATH='gs://bucket/triples.train.small.tsv'"
+#
+# Each worker needs this repository at $REMOTE_DIR (default: ~/xtr) set up with
+# `make setup-tpu`, and MODEL_DIR / data paths that every worker can read (gs://).
+# One process per host; `--multihost` makes xtr-train call jax.distributed.initialize(), so the
+# mesh spans all chips of the pod and every host reads its own shard of the data.
+set -euo pipefail
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 TPU_NAME ZONE [xtr-train flags...]" >&2
+  exit 2
+fi
+tpu_name=$1
+zone=$2
+shift 2
+remote_dir=${REMOTE_DIR:-'~/xtr'}
+train_args=$(printf ' %q' "$@")
+gcloud compute tpus tpu-vm ssh "$tpu_name" --zone "$zone" --worker=all \
+  --command "cd $remote_dir && .venv/bin/xtr-train --multihost$train_args"

@@ -1,0 +1,180 @@
+"""Multi-vector scoring functions and the in-batch training loss of XTR (Lee et al., 2023).
+
+Shapes: B queries of n tokens, C documents of m tokens (every document of the global batch,
+positives and negatives), D the token embedding size. Token embeddings are L2-normalized; padding
+tokens are marked False in `q_mask` [B, n] / `d_mask` [C, m].
+
+- `f_colbert` (eq. 1): (1/n) sum_i max_j q_i.d_j over all tokens of each document.
+- `f_xtr` (eq. 2): the same sum over only the tokens retrieved by in-batch token retrieval: each
+  query token retrieves its top-k_train tokens among all C*m document tokens of the batch
+  (A_ij = 1), and f_xtr(Q, D) = (1/Z) sum_i max_j A_ij q_i.d_j with Z the number of query tokens
+  that retrieved at least one token of D.
+
+Both are built from `token_scores` [B, n, C, m], which the trainer can compute once and share with
+`retrieval_mask` and `positive_token_hit_rate` (the token retrieval metric).
+"""
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def token_scores(q: jax.Array, d: jax.Array) -> jax.Array:
+  """All query-token x document-token similarities q_i.d_j, in float32.
+
+  Args:
+    q: [B, n, D] query token embeddings (any float dtype).
+    d: [C, m, D] document token embeddings.
+
+  Returns:
+    [B, n, C, m] float32 scores.
+  """
+  return jnp.einsum("bnd,cmd->bncm", q.astype(jnp.float32), d.astype(jnp.float32),
+                    precision=jax.lax.Precision.HIGHEST)
+
+
+def retrieval_mask(scores: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
+                   k_train: int) -> jax.Array:
+  """In-batch token retrieval: A_ij of eq. 2.
+
+  Each valid query token retrieves exactly min(k_train, C*m) entries of the flattened [C*m] token
+  scores: lax.top_k breaks ties towards the lower flat index, and its indices are scattered back
+  into a mask. (Thresholding at the k-th value would be cheaper but retrieves more than k_train
+  tokens on ties, e.g. duplicated documents in a batch.) Padding document tokens score -inf so they
+  are only reached when k_train exceeds the number of valid tokens, and are then masked out.
+  The mask is a constant for autodiff: selection is not differentiated.
+
+  Args:
+    scores: [B, n, C, m] float32 token scores (`token_scores`).
+    q_mask: [B, n] bool, True for valid query tokens.
+    d_mask: [C, m] bool, True for valid document tokens.
+    k_train: number of document tokens each query token retrieves (static).
+
+  Returns:
+    [B, n, C, m] bool, True where query token (b, i) retrieved token j of document c; all False for
+    padding query tokens.
+  """
+  b, n, c, m = scores.shape
+  flat = jnp.where(d_mask, scores, -jnp.inf).reshape(b, n, c * m)
+  _, top = jax.lax.top_k(jax.lax.stop_gradient(flat), min(k_train, c * m))  # [B, n, k]
+
+  def scatter(indices: jax.Array) -> jax.Array:
+    return jnp.zeros(c * m, dtype=bool).at[indices].set(True)
+
+  retrieved = jax.vmap(jax.vmap(scatter))(top).reshape(b, n, c, m)
+  return retrieved & d_mask & q_mask[:, :, None, None]
+
+
+def f_colbert_from_token_scores(scores: jax.Array, q_mask: jax.Array,
+                                d_mask: jax.Array) -> jax.Array:
+  """Eq. 1 from precomputed token scores.
+
+  Args:
+    scores: [B, n, C, m] float32 token scores.
+    q_mask: [B, n] bool.
+    d_mask: [C, m] bool; every document needs at least one valid token (else it scores -inf).
+
+  Returns:
+    [B, C] float32: mean over valid query tokens of the max over valid document tokens.
+  """
+  token_max = jnp.max(scores, axis=-1, where=d_mask, initial=-jnp.inf)  # [B, n, C]
+  total = jnp.sum(jnp.where(q_mask[:, :, None], token_max, 0.0), axis=1)
+  return total / jnp.maximum(jnp.sum(q_mask, axis=1), 1)[:, None]
+
+
+def f_xtr_from_token_scores(scores: jax.Array, retrieved: jax.Array,
+                            d_mask: jax.Array) -> jax.Array:
+  """Eq. 2 from precomputed token scores and retrieval mask.
+
+  max_j A_ij q_i.d_j runs over the valid tokens of D, a non-retrieved token counting 0: a query
+  token whose only retrieved tokens of D score below 0 contributes 0 unless it retrieved all of
+  D's tokens. Query tokens that retrieved nothing of D contribute 0 and are left out of Z; a
+  document nobody retrieved (Z = 0) scores 0 (Z is clipped to 1).
+
+  Args:
+    scores: [B, n, C, m] float32 token scores.
+    retrieved: [B, n, C, m] bool, A of eq. 2 (`retrieval_mask`).
+    d_mask: [C, m] bool.
+
+  Returns:
+    [B, C] float32 f_xtr scores; gradients flow through the retrieved token scores only.
+  """
+  kept = jnp.where(retrieved, scores, 0.0)
+  token_max = jnp.max(kept, axis=-1, where=d_mask, initial=-jnp.inf)  # [B, n, C]
+  hit = jnp.any(retrieved, axis=-1)  # [B, n, C]
+  total = jnp.sum(jnp.where(hit, token_max, 0.0), axis=1)
+  return total / jnp.maximum(jnp.sum(hit, axis=1), 1)
+
+
+def f_colbert(q: jax.Array, q_mask: jax.Array, d: jax.Array, d_mask: jax.Array) -> jax.Array:
+  """f_ColBERT (eq. 1), sum-of-max over all document tokens.
+
+  Args:
+    q: [B, n, D] query token embeddings; q_mask: [B, n] bool.
+    d: [C, m, D] document token embeddings; d_mask: [C, m] bool.
+
+  Returns:
+    [B, C] float32 scores.
+  """
+  return f_colbert_from_token_scores(token_scores(q, d), q_mask, d_mask)
+
+
+def f_xtr(q: jax.Array, q_mask: jax.Array, d: jax.Array, d_mask: jax.Array,
+          k_train: int) -> jax.Array:
+  """f_XTR (eq. 2), sum-of-max over the tokens retrieved by in-batch top-k_train retrieval.
+
+  Args:
+    q: [B, n, D] query token embeddings; q_mask: [B, n] bool.
+    d: [C, m, D] document token embeddings; d_mask: [C, m] bool.
+    k_train: tokens retrieved per query token among all C*m batch tokens (static under jit).
+
+  Returns:
+    [B, C] float32 scores.
+  """
+  scores = token_scores(q, d)
+  return f_xtr_from_token_scores(scores, retrieval_mask(scores, q_mask, d_mask, k_train), d_mask)
+
+
+def positive_token_hit_rate(retrieved: jax.Array, q_mask: jax.Array,
+                            positive_index: jax.Array) -> jax.Array:
+  """Fraction of valid query tokens that retrieved at least one token of their positive document.
+
+  Args:
+    retrieved: [B, n, C, m] bool (`retrieval_mask`).
+    q_mask: [B, n] bool.
+    positive_index: [B] int, index in [0, C) of each query's positive document.
+
+  Returns:
+    Scalar float32.
+  """
+  positive = jnp.take_along_axis(retrieved, positive_index[:, None, None, None], axis=2)
+  hit = jnp.any(positive, axis=(2, 3)) & q_mask
+  return jnp.sum(hit) / jnp.maximum(jnp.sum(q_mask), 1)
+
+
+def in_batch_cross_entropy(scores: jax.Array, positive_index: jax.Array) -> jax.Array:
+  """Mean softmax cross-entropy of the positive document over the raw scores of all C documents.
+
+  Args:
+    scores: [B, C] f_colbert or f_xtr scores.
+    positive_index: [B] int.
+
+  Returns:
+    Scalar float32 loss.
+  """
+  losses = optax.softmax_cross_entropy_with_integer_labels(scores.astype(jnp.float32),
+                                                           positive_index)
+  return jnp.mean(losses)
+
+
+def in_batch_accuracy(scores: jax.Array, positive_index: jax.Array) -> jax.Array:
+  """Fraction of queries whose positive scores strictly above every other document (ties fail).
+
+  Args:
+    scores: [B, C].
+    positive_index: [B] int.
+
+  Returns:
+    Scalar float32.
+  """
+  positive = jnp.take_along_axis(scores, positive_index[:, None], axis=1)
+  return jnp.mean(jnp.sum(scores >= positive, axis=1) == 1)

@@ -1,0 +1,37 @@
+"""The XTR token encoder: backbone (T5 or BERT) -> Dense(128, no bias) -> L2-normalized tokens."""
+import flax.linen as nn
+import jax.numpy as jnp
+
+PAD_ID = 0  # Padding id of every vocabulary xtr uses (T5 and BERT).
+
+
+class XTREncoder(nn.Module):
+  """Encodes token ids into L2-normalized token vectors; queries and documents share it.
+
+  Attributes:
+    backbone: a module mapping (input_ids [B, L], input_mask [B, L], deterministic) to hidden
+      states [B, L, H] (`xtr.t5.T5Encoder` or `xtr.bert.BertEncoder`).
+    embed_dim: size D of the token vectors (128 in the paper).
+  """
+  backbone: nn.Module
+  embed_dim: int = 128
+
+  @nn.compact
+  def __call__(self, input_ids: jnp.ndarray, deterministic: bool = True):
+    """input_ids: [B, L] int32 -> (vectors [B, L, D] float32, mask [B, L] bool).
+
+    Padding positions (id 0) are masked out and their vectors are zero.
+    """
+    mask = input_ids != PAD_ID
+    hidden = self.backbone(input_ids, mask, deterministic=deterministic)
+    projection = nn.Dense(
+        self.embed_dim,
+        use_bias=False,
+        dtype=hidden.dtype,
+        kernel_init=nn.with_logical_partitioning(
+            nn.initializers.lecun_normal(), ("embed", "token_vector")),
+        name="projection")
+    vectors = projection(hidden).astype(jnp.float32)
+    norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
+    vectors = vectors / jnp.maximum(norm, 1e-6)
+    return vectors * mask[..., None], mask
