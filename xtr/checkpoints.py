@@ -45,32 +45,39 @@ class DatasetIteratorRestore(ocp.args.CheckpointArgs):
 
 
 @gin.configurable
-def make_manager(model_dir: str, save_every_steps: int = 1000, keep: int = 3,
-                 async_save: bool = False) -> ocp.CheckpointManager:
-  """A manager that saves every `save_every_steps` steps and keeps the last `keep`."""
-  options = ocp.CheckpointManagerOptions(
-      save_interval_steps=save_every_steps, max_to_keep=keep,
-      enable_async_checkpointing=async_save)
-  return ocp.CheckpointManager(
-      epath.Path(model_dir) / "checkpoints", options=options, item_names=("state", "dataset"))
+class Checkpointer:
+  """Saves every `save_every_steps` steps (and at the end), keeping the last `keep` steps."""
 
+  def __init__(self, model_dir: str, save_every_steps: int = 1000, keep: int = 3,
+               async_save: bool = False):
+    directory = epath.Path(model_dir) / "checkpoints"
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep,
+                                           enable_async_checkpointing=async_save)
+    self.save_every_steps = save_every_steps
+    self.manager = ocp.CheckpointManager(
+        directory if directory.is_absolute() else directory.absolute(), options=options,
+        item_names=("state", "dataset"))
 
-def save(manager: ocp.CheckpointManager, step: int, state: Any, iterator: Any,
-         force: bool = False) -> bool:
-  """Saves `state` and the dataset `iterator` at `step` if the manager's interval says so."""
-  return manager.save(step, force=force, args=ocp.args.Composite(
-      state=ocp.args.StandardSave(state), dataset=DatasetIteratorSave(iterator)))
+  def maybe_save(self, step: int, state: Any, iterator: Any, force: bool = False) -> None:
+    """Saves `state` and the dataset `iterator` at `step` if it is due (or `force`)."""
+    if force or step % self.save_every_steps == 0:
+      self.manager.save(step, force=True, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), dataset=DatasetIteratorSave(iterator)))
 
+  def restore_latest(self, abstract_state: Any, iterator: Any) -> Any | None:
+    """The latest saved state (None if there is none); advances `iterator` in place.
 
-def restore(manager: ocp.CheckpointManager, abstract_state: Any, iterator: Any) -> Any:
-  """Restores the latest step into `abstract_state`'s shardings; advances `iterator` in place.
+    Args:
+      abstract_state: the train state as `jax.ShapeDtypeStruct`s carrying target shardings.
+    """
+    step = self.manager.latest_step()
+    if step is None:
+      return None
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state),
+        dataset=DatasetIteratorRestore(iterator)))
+    return restored.state
 
-  Args:
-    abstract_state: the train state as `jax.ShapeDtypeStruct`s carrying target shardings.
-  Returns:
-    The restored state.
-  """
-  restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(abstract_state),
-      dataset=DatasetIteratorRestore(iterator)))
-  return restored.state
+  def close(self) -> None:
+    self.manager.wait_until_finished()
+    self.manager.close()

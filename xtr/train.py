@@ -3,8 +3,8 @@
   xtr-train --gin_file=gin/runs/xtr_msmarco.gin \
     --gin_bindings="MODEL_DIR='/tmp/xtr'" --gin_bindings="TRIPLES_PATH='triples.train.tsv'"
 
-Gin files are looked up in the current directory and in the repository's `gin/` folder, so
-run files can `include 'models/t5_1_1_base.gin'`.
+Gin file paths are relative to the current directory or to the repository root, so run files
+`include 'gin/models/t5_1_1_base.gin'` and work from anywhere.
 """
 import pathlib
 from typing import Sequence
@@ -13,10 +13,11 @@ import gin
 import jax
 from absl import app
 from absl import flags
+from absl import logging
 
 from xtr import trainer
 
-GIN_DIR = pathlib.Path(__file__).resolve().parents[1] / "gin"
+REPO_DIR = pathlib.Path(__file__).resolve().parents[1]
 
 _GIN_FILES = flags.DEFINE_multi_string("gin_file", [], "Gin config files, in order.")
 _GIN_BINDINGS = flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, after the files.")
@@ -25,15 +26,16 @@ _MULTIHOST = flags.DEFINE_bool(
 
 
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
-  """Parses gin files (searched in . and the repository's gin/) and bindings."""
-  for path in (".", str(GIN_DIR)):
-    gin.add_config_file_search_path(path)
+  """Parses gin files (paths relative to . or to the repository) and bindings."""
+  gin.add_config_file_search_path(str(REPO_DIR))
   gin.parse_config_files_and_bindings(gin_files, gin_bindings)
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every save; --verbosity=0 shows it.
   if _MULTIHOST.value:
     jax.distributed.initialize()
   parse_gin(_GIN_FILES.value, _GIN_BINDINGS.value)

@@ -166,21 +166,21 @@ def train(model_dir: str = gin.REQUIRED,
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
     state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed),
                                   pretrained_backbone)
-    manager = checkpoints.make_manager(model_dir)
-    if manager.latest_step() is not None:
-      abstract = jax.tree.map(
-          lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
-      state = checkpoints.restore(manager, abstract, iterator)
+    checkpointer = checkpoints.Checkpointer(model_dir)
+    abstract = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
+    restored = checkpointer.restore_latest(abstract, iterator)
+    if restored is not None:
+      state = restored
       print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
     train_step = make_train_step(model, optimizer, mesh, shardings, scoring, k_train, seed)
-    state = _loop(state, train_step, iterator, mesh, manager, model_dir, num_steps,
+    state = _loop(state, train_step, iterator, mesh, checkpointer, model_dir, num_steps,
                   log_every_steps)
-  manager.wait_until_finished()
-  manager.close()
+  checkpointer.close()
   return state
 
 
-def _loop(state, train_step, iterator, mesh, manager, model_dir, num_steps, log_every_steps):
+def _loop(state, train_step, iterator, mesh, checkpointer, model_dir, num_steps, log_every_steps):
   """Runs steps until `num_steps`, logging and checkpointing; returns the final state."""
   writer = metric_writers.SummaryWriter(model_dir) if jax.process_index() == 0 else None
   start_step = int(state.step)
@@ -192,7 +192,7 @@ def _loop(state, train_step, iterator, mesh, manager, model_dir, num_steps, log_
     if step % log_every_steps == 0 or step == num_steps:
       metrics = jax.tree.map(float, jax.device_get(metrics))
       _report(step, num_steps, start_step, start_time, metrics, writer)
-    checkpoints.save(manager, step, state, iterator, force=step == num_steps)
+    checkpointer.maybe_save(step, state, iterator, force=step == num_steps)
   if writer is not None:
     writer.flush()
   return state

@@ -1,0 +1,178 @@
+"""BEIR-layout training pairs: (query, positive) from `qrels/{split}.tsv` plus a sampled negative.
+
+`data_dir` holds corpus.jsonl ({"_id", "title", "text"}), queries.jsonl ({"_id", "text"}) and
+qrels/{split}.tsv (header `query-id<TAB>corpus-id<TAB>score`; score > 0 marks a positive).
+The files are small enough to validate in Python; the pairs then become tensors.
+"""
+from collections.abc import Callable, Mapping
+import dataclasses
+import functools
+import json
+import os
+
+import gin
+import numpy as np
+import seqio
+import tensorflow as tf
+
+_QRELS_HEADER = ["query-id", "corpus-id", "score"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BeirPairs:
+  """The (query, positive document) pairs of one qrels split.
+
+  Attributes:
+    queries: text of each query that has a positive, by query index.
+    docs: `document_text` of every corpus document, by corpus index (corpus.jsonl order).
+    pairs: [P, 2] int64 (query index, corpus index) of each positive, in qrels order.
+  """
+  queries: tuple[str, ...]
+  docs: tuple[str, ...]
+  pairs: np.ndarray
+
+
+def document_text(doc: Mapping[str, str]) -> str:
+  """A document as BEIR gives it to dense retrievers: `(title + " " + text).strip()`."""
+  return (doc.get("title", "") + " " + doc["text"]).strip()
+
+
+@gin.configurable
+def load_pairs(data_dir: str = gin.REQUIRED, split: str = "train") -> BeirPairs:
+  """Reads and validates `data_dir` (cached: the source and `to_triples` both need it).
+
+  Raises:
+    ValueError: naming the file, line and field of the first malformed or inconsistent row.
+  """
+  return _load_pairs(os.fspath(data_dir), split)
+
+
+@functools.lru_cache(maxsize=1)
+def _load_pairs(data_dir: str, split: str) -> BeirPairs:
+  corpus = _read_jsonl(os.path.join(data_dir, "corpus.jsonl"), document_text)
+  queries = _read_jsonl(os.path.join(data_dir, "queries.jsonl"), _query_text)
+  qrels = _read_qrels(os.path.join(data_dir, "qrels", f"{split}.tsv"), queries, corpus)
+  doc_index = {doc_id: i for i, doc_id in enumerate(corpus)}
+  query_ids = [query_id for query_id, docs in qrels.items() if any(s > 0 for s in docs.values())]
+  if not query_ids:
+    raise ValueError(f"{data_dir}/qrels/{split}.tsv: no row has score > 0")
+  pairs = [(q, doc_index[doc_id]) for q, query_id in enumerate(query_ids)
+           for doc_id, score in qrels[query_id].items() if score > 0]
+  return BeirPairs(queries=tuple(queries[query_id] for query_id in query_ids),
+                   docs=tuple(corpus.values()), pairs=np.array(pairs, np.int64))
+
+
+def _query_text(query: Mapping[str, str]) -> str:
+  if not query["text"].strip():
+    raise ValueError("empty field 'text'")
+  return query["text"]
+
+
+def _read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[str, str]:
+  """{_id: to_text(record)} in file order; every record needs string `_id` and `text`."""
+  texts, first_line = {}, {}
+  with open(path, encoding="utf-8") as f:
+    for line_number, line in enumerate(f, start=1):
+      where = f"{path}:{line_number}"
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
+      if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object")
+      for field in ("_id", "text") + (("title",) if "title" in record else ()):
+        if not isinstance(record.get(field), str):
+          raise ValueError(f"{where}: field '{field}' is missing or not a string")
+      record_id = record["_id"]
+      if record_id in texts:
+        raise ValueError(f"{where}: duplicate _id '{record_id}' (first on line "
+                         f"{first_line[record_id]})")
+      try:
+        texts[record_id] = to_text(record)
+      except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+      first_line[record_id] = line_number
+  return texts
+
+
+def _read_qrels(path: str, queries: Mapping[str, str],
+                corpus: Mapping[str, str]) -> dict[str, dict[str, int]]:
+  """{query-id: {corpus-id: score}} as BEIR reads it (a repeated pair keeps its last score)."""
+  qrels = {}
+  with open(path, encoding="utf-8") as f:
+    header = f.readline().rstrip("\r\n").split("\t")
+    if header != _QRELS_HEADER:
+      raise ValueError(f"{path}:1: expected the header {chr(9).join(_QRELS_HEADER)!r}, "
+                       f"got {chr(9).join(header)!r}")
+    for line_number, line in enumerate(f, start=2):
+      where = f"{path}:{line_number}"
+      fields = line.rstrip("\r\n").split("\t")
+      if len(fields) != 3:
+        raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
+                         f"score), got {len(fields)}")
+      query_id, doc_id, score = fields
+      if query_id not in queries:
+        raise ValueError(f"{where}: query-id '{query_id}' is not in queries.jsonl")
+      if doc_id not in corpus:
+        raise ValueError(f"{where}: corpus-id '{doc_id}' is not in corpus.jsonl")
+      try:
+        qrels.setdefault(query_id, {})[doc_id] = int(score)
+      except ValueError:
+        raise ValueError(f"{where}: score {score!r} is not an integer") from None
+  return qrels
+
+
+def pairs_dataset(split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
+  """seqio dataset_fn: {"query_index", "positive_index"} ([] int64) of `load_pairs()`, in order.
+
+  `load_pairs.split` picks the qrels; the seqio split is always "train", and the pairs are
+  shuffled (and their negatives drawn) downstream.
+  """
+  del split, shuffle_files, seed
+  pairs = load_pairs().pairs
+  return tf.data.Dataset.from_tensor_slices(
+      {"query_index": pairs[:, 0], "positive_index": pairs[:, 1]})
+
+
+# Picks a negative for a query: (pairs, query_index [] int64, seed [2] int64 stateless seed)
+# -> corpus index [] int64 that is not one of the query's positives.
+NegativeSampler = Callable[[BeirPairs, tf.Tensor, tf.Tensor], tf.Tensor]
+
+
+def uniform_negative(data: BeirPairs, query_index: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  """A corpus document drawn uniformly from those that are not positives of the query.
+
+  Draws r in [0, N - k) for the query's k positives p_0 < ... < p_{k-1}; the r-th non-positive
+  is r + #{i : p_i - i <= r} (p_i - i counts the non-positives before p_i).
+  """
+  by_query = data.pairs[np.lexsort((data.pairs[:, 1], data.pairs[:, 0]))]
+  starts = np.searchsorted(by_query[:, 0], np.arange(len(data.queries) + 1))
+  if np.diff(starts).max() >= len(data.docs):
+    raise ValueError("A query has every corpus document as a positive: no negative to sample.")
+  start, end = tf.gather(starts, query_index), tf.gather(starts, query_index + 1)
+  positives = tf.constant(by_query[:, 1])[start:end]
+  r = tf.random.stateless_uniform([], seed, minval=0, maxval=len(data.docs) - (end - start),
+                                  dtype=tf.int64)
+  below = positives - tf.range(end - start) <= r
+  return r + tf.reduce_sum(tf.cast(below, tf.int64))
+
+
+@gin.configurable
+def to_triples(dataset: tf.data.Dataset,
+               negative_sampler: NegativeSampler = uniform_negative) -> tf.data.Dataset:
+  """seqio preprocessor: pair indices -> {"query", "positive", "negative"} ([] string each).
+
+  The negative is drawn afresh for every example of every epoch, from seqio's per-example seeds
+  (deterministic for the task's seed).
+  """
+  data = load_pairs()
+  queries, docs = tf.constant(data.queries), tf.constant(data.docs)
+
+  @seqio.map_over_dataset(num_seeds=1)
+  def triple(example: Mapping[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
+    negative = negative_sampler(data, example["query_index"], seed)
+    return {"query": tf.gather(queries, example["query_index"]),
+            "positive": tf.gather(docs, example["positive_index"]),
+            "negative": tf.gather(docs, negative)}
+
+  return triple(dataset)

@@ -1,0 +1,106 @@
+"""Tests for xtr/data.py: batch contract, seeded shuffling, host sharding, iterator resume."""
+import pathlib
+
+import gin
+import numpy as np
+import pytest
+import seqio
+import tensorflow as tf
+
+from xtr import data
+from xtr import vocabularies
+
+LENGTHS = {"query": 32, "positive": 256, "negative": 256}
+
+
+@pytest.fixture(scope="module")
+def vocab(t5_spm_path):
+  return seqio.SentencePieceVocabulary(str(t5_spm_path), extra_ids=100)
+
+
+@pytest.fixture(autouse=True)
+def _data_paths(msmarco_triples_path, scifact_dir):
+  gin.bind_parameter("tasks.msmarco.triples_dataset.path", str(msmarco_triples_path))
+  gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
+  yield
+  gin.clear_config()
+
+
+def _raw_triples(path: pathlib.Path) -> list[list[str]]:
+  return [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _batches(iterator, n: int) -> list[dict[str, np.ndarray]]:
+  return [{k: np.asarray(v) for k, v in next(iterator).items()} for _ in range(n)]
+
+
+def _assert_same(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]]) -> None:
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)
+
+
+@pytest.mark.parametrize("num_shards", [1, 2])
+def test_batches_are_the_encoded_rows(vocab, msmarco_triples_path, num_shards):
+  batch_size = 8
+  per_host = []
+  for shard_id in range(num_shards):
+    ds = data.get_dataset("msmarco_triples", vocab, LENGTHS, batch_size, seed=0, shuffle=False,
+                          shard_id=shard_id, num_shards=num_shards)
+    per_host.append(_batches(ds.as_numpy_iterator(), 2))
+  raw = _raw_triples(msmarco_triples_path)
+  for shard_id, batches in enumerate(per_host):
+    rows = raw[shard_id::num_shards][:2 * batch_size]  # each host reads every num_shards-th row
+    for b, batch in enumerate(batches):
+      part = rows[b * batch_size:(b + 1) * batch_size]
+      assert batch["query_tokens"].shape == (batch_size, 32)
+      assert batch["doc_tokens"].shape == (batch_size, 2, 256)
+      assert batch["query_tokens"].dtype == batch["doc_tokens"].dtype == np.int32
+      np.testing.assert_array_equal(
+          batch["query_tokens"], vocabularies.encode_batch(vocab, [r[0] for r in part], 32))
+      for d in range(2):  # doc 0 is the positive, doc 1 the negative
+        np.testing.assert_array_equal(
+            batch["doc_tokens"][:, d],
+            vocabularies.encode_batch(vocab, [r[1 + d] for r in part], 256))
+
+
+def test_epochs_repeat_forever_without_remainders(vocab):
+  ds = data.get_dataset("msmarco_triples", vocab, LENGTHS, 32, seed=0, shuffle=False)
+  queries = [row for b in _batches(ds.as_numpy_iterator(), 25) for row in b["query_tokens"]]
+  assert len(queries) == 800  # 8 epochs of 100 rows, epochs run into each other
+  np.testing.assert_array_equal(queries[:100], queries[100:200])
+  np.testing.assert_array_equal(queries[:100], queries[700:])
+
+
+@pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs"])
+def test_shuffle_is_seeded(vocab, task_name):
+  def first_batches(seed, shuffle=True):
+    ds = data.get_dataset(task_name, vocab, LENGTHS, 16, seed=seed, shuffle=shuffle,
+                          shuffle_buffer_size=64)
+    return _batches(ds.as_numpy_iterator(), 3)
+
+  _assert_same(first_batches(0), first_batches(0))
+  assert not np.array_equal(first_batches(0)[0]["query_tokens"],
+                            first_batches(1)[0]["query_tokens"])
+  assert not np.array_equal(first_batches(0)[0]["query_tokens"],
+                            first_batches(0, shuffle=False)[0]["query_tokens"])
+
+
+@pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs"])
+def test_iterator_checkpoint_resumes_exactly(vocab, tmp_path, task_name):
+  def iterator():
+    return iter(data.get_dataset(task_name, vocab, LENGTHS, 16, seed=3, shuffle_buffer_size=64))
+
+  it = iterator()
+  _batches(it, 3)
+  path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "host_0"))
+  expected = _batches(it, 3)
+  resumed = iterator()
+  tf.train.Checkpoint(iterator=resumed).read(path).assert_consumed()
+  _assert_same(_batches(resumed, 3), expected)
+
+
+def test_feature_converter_needs_one_document_length():
+  with pytest.raises(ValueError, match="positive and negative need one length"):
+    data.RetrievalFeatureConverter().get_model_feature_lengths(
+        {"query": 32, "positive": 256, "negative": 128})
