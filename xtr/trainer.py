@@ -118,7 +118,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, m
     (_, metrics), grads = grad_fn(state.params, batch, model, scoring, k_train, dropout_rng)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics["grad_norm"] = optax.global_norm(grads)
+    metrics["grad_norm"] = optax.tree.norm(grads)
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   replicated = NamedSharding(mesh, PartitionSpec())
@@ -189,7 +189,7 @@ def _loop(state, train_step, iterator, mesh, checkpointer, model_dir, num_steps,
     batch = partitioning.global_batch(
         jax.tree.map(np.asarray, next(iterator)), mesh)
     state, metrics = train_step(state, batch)
-    if step % log_every_steps == 0 or step == num_steps:
+    if step % log_every_steps == 0 or step in (start_step + 1, num_steps):
       metrics = jax.tree.map(float, jax.device_get(metrics))
       _report(step, num_steps, start_step, start_time, metrics, writer)
     checkpointer.maybe_save(step, state, iterator, force=step == num_steps)

@@ -1,0 +1,118 @@
+"""Trainer: sharded steps equal single-device steps, exact resume after a kill, smoke run learns."""
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import flax.linen as nn
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from xtr import models
+from xtr import optimizers
+from xtr import partitioning
+from xtr import t5
+from xtr import trainer
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=2, head_dim=8, mlp_dim=64)
+
+
+def _batch(rng: np.random.Generator, num_queries=8, docs_per_query=2, lq=12, ld=20):
+  """Random token ids with random padding (id 0) at the end of each sequence."""
+  def ids(*shape):
+    tokens = rng.integers(1, TINY.vocab_size, size=shape)
+    lengths = rng.integers(2, shape[-1] + 1, size=shape[:-1])
+    return np.where(np.arange(shape[-1]) < lengths[..., None], tokens, 0).astype(np.int32)
+  return {"query_tokens": ids(num_queries, lq), "doc_tokens": ids(num_queries, docs_per_query, ld)}
+
+
+def _one_step(mesh, scoring, batch):
+  model = models.XTREncoder(backbone=t5.T5Encoder(TINY), embed_dim=16)
+  optimizer = optimizers.make_optimizer(
+      "adafactor", optimizers.warmup_constant(learning_rate=1e-2, warmup_steps=0))
+  with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
+    state, shardings = trainer.init_state(model, optimizer, mesh, jax.random.key(0))
+    train_step = trainer.make_train_step(model, optimizer, mesh, shardings, scoring, k_train=16)
+    initial = jax.device_get(state.params)
+    state, metrics = train_step(state, partitioning.global_batch(batch, mesh))
+  return initial, jax.device_get(state.params), jax.device_get(metrics), state
+
+
+@pytest.mark.parametrize("scoring", ["xtr", "colbert"])
+def test_sharded_step_equals_single_device(scoring):
+  assert jax.device_count() == 8
+  batch = _batch(np.random.default_rng(0))
+  single = _one_step(partitioning.make_mesh(devices=jax.devices()[:1]), scoring, batch)
+  sharded = _one_step(partitioning.make_mesh(num_partitions=2), scoring, batch)
+  # The (4, 2) mesh really splits parameters along `model` and the batch along `data`.
+  mlp_sharding = sharded[3].params["backbone"]["layers_0"]["mlp"]["wi_0"]["kernel"].sharding
+  assert mlp_sharding.mesh.shape == {"data": 4, "model": 2}
+  assert mlp_sharding.spec == jax.sharding.PartitionSpec(None, "model")
+  np.testing.assert_allclose(sharded[2]["loss"], single[2]["loss"], atol=1e-5, rtol=1e-5)
+  for key in ("accuracy", "positive_token_hit_rate"):
+    np.testing.assert_allclose(sharded[2][key], single[2][key], atol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+               sharded[1], single[1])
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), sharded[0], single[0])
+  changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.allclose(a, b), single[1], single[0]))
+  assert sum(changed) > len(changed) // 2  # The step really updated the parameters.
+
+
+def _xtr_train(model_dir, *bindings, wait=True):
+  command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke.gin",
+             f"--gin_bindings=MODEL_DIR='{model_dir}'", *[f"--gin_bindings={b}" for b in bindings]]
+  env = {**os.environ, "XLA_FLAGS": ""}
+  if wait:
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=True)
+  return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+
+
+def _steps(model_dir: pathlib.Path) -> list[int]:
+  """Finalized checkpoint steps (orbax renames a step directory to its number when complete)."""
+  directory = model_dir / "checkpoints"
+  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.exists() else []
+
+
+def _final_params(model_dir: pathlib.Path, step: int):
+  restored = ocp.StandardCheckpointer().restore(model_dir / "checkpoints" / str(step) / "state")
+  return restored["params"]
+
+
+def test_resume_after_kill_equals_uninterrupted(tmp_path):
+  every = "checkpoints.Checkpointer.save_every_steps = 3"
+  keep = "checkpoints.Checkpointer.keep = 100"
+  killed = tmp_path / "killed"
+  process = _xtr_train(killed, every, keep, "trainer.train.num_steps = 100000", wait=False)
+  try:
+    while not _steps(killed):
+      assert process.poll() is None, "xtr-train died before its first checkpoint"
+      time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+  finally:
+    process.kill()
+    process.wait()
+  assert process.returncode == -signal.SIGKILL
+  last = _steps(killed)[-1]
+  target = last + 3
+  resumed = _xtr_train(killed, every, keep, f"trainer.train.num_steps = {target}")
+  assert f"Resumed from {killed} at step {last}." in resumed.stdout
+  reference = tmp_path / "reference"
+  _xtr_train(reference, every, keep, f"trainer.train.num_steps = {target}")
+  jax.tree.map(np.testing.assert_array_equal,
+               _final_params(killed, target), _final_params(reference, target))
+
+
+def test_smoke_run_lowers_the_loss(tmp_path):
+  run = _xtr_train(tmp_path, "trainer.train.num_steps = 60")
+  losses = [float(x) for x in re.findall(r"\| loss ([0-9.]+) \|", run.stdout)]
+  assert len(losses) == 7  # Steps 1, 10, 20, ..., 60.
+  assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.1, losses
+  assert list((tmp_path).glob("events.out.tfevents.*")), "no TensorBoard event file"
+  assert _steps(tmp_path) == [50, 60]
