@@ -18,6 +18,7 @@ test: setup
 	$(PY) -m pytest -q tests
 
 smoke: setup
+	rm -rf runs/smoke
 	$(VENV)/bin/xtr-train --gin_file=gin/runs/smoke.gin
 
 # On a TPU VM: the same install, with JAX's TPU backend (libtpu) instead of the CPU one.

@@ -7,7 +7,6 @@ The files are small enough to validate in Python; the pairs then become tensors.
 from collections.abc import Callable, Mapping
 import dataclasses
 import functools
-import json
 import os
 
 import gin
@@ -15,8 +14,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-_QRELS_HEADER = ["query-id", "corpus-id", "score"]
-
+from xtr import beir_files
 
 @dataclasses.dataclass(frozen=True)
 class BeirPairs:
@@ -32,11 +30,6 @@ class BeirPairs:
   pairs: np.ndarray
 
 
-def document_text(doc: Mapping[str, str]) -> str:
-  """A document as BEIR gives it to dense retrievers: `(title + " " + text).strip()`."""
-  return (doc.get("title", "") + " " + doc["text"]).strip()
-
-
 @gin.configurable
 def load_pairs(data_dir: str = gin.REQUIRED, split: str = "train") -> BeirPairs:
   """Reads and validates `data_dir` (cached: the source and `to_triples` both need it).
@@ -49,9 +42,12 @@ def load_pairs(data_dir: str = gin.REQUIRED, split: str = "train") -> BeirPairs:
 
 @functools.lru_cache(maxsize=1)
 def _load_pairs(data_dir: str, split: str) -> BeirPairs:
-  corpus = _read_jsonl(os.path.join(data_dir, "corpus.jsonl"), document_text)
-  queries = _read_jsonl(os.path.join(data_dir, "queries.jsonl"), _query_text)
-  qrels = _read_qrels(os.path.join(data_dir, "qrels", f"{split}.tsv"), queries, corpus)
+  corpus = beir_files.read_jsonl(
+      os.path.join(data_dir, "corpus.jsonl"), beir_files.document_text)
+  queries = beir_files.read_jsonl(
+      os.path.join(data_dir, "queries.jsonl"), beir_files.query_text)
+  qrels = beir_files.read_qrels(
+      os.path.join(data_dir, "qrels", f"{split}.tsv"), queries, corpus)
   doc_index = {doc_id: i for i, doc_id in enumerate(corpus)}
   query_ids = [query_id for query_id, docs in qrels.items() if any(s > 0 for s in docs.values())]
   if not query_ids:
@@ -60,66 +56,6 @@ def _load_pairs(data_dir: str, split: str) -> BeirPairs:
            for doc_id, score in qrels[query_id].items() if score > 0]
   return BeirPairs(queries=tuple(queries[query_id] for query_id in query_ids),
                    docs=tuple(corpus.values()), pairs=np.array(pairs, np.int64))
-
-
-def _query_text(query: Mapping[str, str]) -> str:
-  if not query["text"].strip():
-    raise ValueError("empty field 'text'")
-  return query["text"]
-
-
-def _read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[str, str]:
-  """{_id: to_text(record)} in file order; every record needs string `_id` and `text`."""
-  texts, first_line = {}, {}
-  with open(path, encoding="utf-8") as f:
-    for line_number, line in enumerate(f, start=1):
-      where = f"{path}:{line_number}"
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
-      if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object")
-      for field in ("_id", "text") + (("title",) if "title" in record else ()):
-        if not isinstance(record.get(field), str):
-          raise ValueError(f"{where}: field '{field}' is missing or not a string")
-      record_id = record["_id"]
-      if record_id in texts:
-        raise ValueError(f"{where}: duplicate _id '{record_id}' (first on line "
-                         f"{first_line[record_id]})")
-      try:
-        texts[record_id] = to_text(record)
-      except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
-      first_line[record_id] = line_number
-  return texts
-
-
-def _read_qrels(path: str, queries: Mapping[str, str],
-                corpus: Mapping[str, str]) -> dict[str, dict[str, int]]:
-  """{query-id: {corpus-id: score}} as BEIR reads it (a repeated pair keeps its last score)."""
-  qrels = {}
-  with open(path, encoding="utf-8") as f:
-    header = f.readline().rstrip("\r\n").split("\t")
-    if header != _QRELS_HEADER:
-      raise ValueError(f"{path}:1: expected the header {chr(9).join(_QRELS_HEADER)!r}, "
-                       f"got {chr(9).join(header)!r}")
-    for line_number, line in enumerate(f, start=2):
-      where = f"{path}:{line_number}"
-      fields = line.rstrip("\r\n").split("\t")
-      if len(fields) != 3:
-        raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
-                         f"score), got {len(fields)}")
-      query_id, doc_id, score = fields
-      if query_id not in queries:
-        raise ValueError(f"{where}: query-id '{query_id}' is not in queries.jsonl")
-      if doc_id not in corpus:
-        raise ValueError(f"{where}: corpus-id '{doc_id}' is not in corpus.jsonl")
-      try:
-        qrels.setdefault(query_id, {})[doc_id] = int(score)
-      except ValueError:
-        raise ValueError(f"{where}: score {score!r} is not an integer") from None
-  return qrels
 
 
 def pairs_dataset(split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:

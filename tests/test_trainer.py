@@ -77,7 +77,9 @@ def _xtr_train(model_dir, *bindings, wait=True):
 def _steps(model_dir: pathlib.Path) -> list[int]:
   """Finalized checkpoint steps (orbax renames a step directory to its number when complete)."""
   directory = model_dir / "checkpoints"
-  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.exists() else []
+  if not directory.exists():
+    return []
+  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
 def _final_params(model_dir: pathlib.Path, step: int):

@@ -24,7 +24,8 @@ class DatasetIteratorHandler(ocp.CheckpointHandler):
     tf.train.Checkpoint(iterator=args.iterator).write(str(_process_path(directory)))
 
   def restore(self, directory: epath.Path, args: "DatasetIteratorRestore"):
-    tf.train.Checkpoint(iterator=args.iterator).read(str(_process_path(directory))).assert_consumed()
+    checkpoint = tf.train.Checkpoint(iterator=args.iterator)
+    checkpoint.read(str(_process_path(directory))).assert_consumed()
     return args.iterator
 
 

@@ -23,7 +23,7 @@ from absl import logging
 import gin
 import pytrec_eval
 
-from tasks.beir import _query_text, _read_jsonl, _read_qrels, document_text
+from xtr import beir_files
 
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
@@ -35,7 +35,7 @@ class BeirData:
 
   Attributes:
     doc_ids: corpus ids in corpus.jsonl order (document index -> id).
-    docs: `tasks.beir.document_text` (title + " " + text) of each document, by document index.
+    docs: `beir_files.document_text` (title + " " + text) of each document, by index.
     query_ids: ids of the queries that have qrels in the split, in qrels order (as BEIR).
     queries: text of each of those queries.
     qrels: {query id: {doc id: relevance}} of the split, every row kept (relevance 0 included).
@@ -61,10 +61,12 @@ def load_beir(data_dir: str = gin.REQUIRED, split: str = "test") -> BeirData:
       query-id / corpus-id that is not in queries.jsonl / corpus.jsonl; or if the qrels are empty.
   """
   data_dir = os.fspath(data_dir)
-  corpus = _read_jsonl(os.path.join(data_dir, "corpus.jsonl"), document_text)
-  queries = _read_jsonl(os.path.join(data_dir, "queries.jsonl"), _query_text)
+  corpus = beir_files.read_jsonl(
+      os.path.join(data_dir, "corpus.jsonl"), beir_files.document_text)
+  queries = beir_files.read_jsonl(
+      os.path.join(data_dir, "queries.jsonl"), beir_files.query_text)
   qrels_path = os.path.join(data_dir, "qrels", f"{split}.tsv")
-  qrels = _read_qrels(qrels_path, queries, corpus)
+  qrels = beir_files.read_qrels(qrels_path, queries, corpus)
   if not qrels:
     raise ValueError(f"{qrels_path}: no qrels rows")
   unjudged = len(queries) - len(qrels)

@@ -1,0 +1,75 @@
+"""BEIR-layout files, read and validated: corpus.jsonl, queries.jsonl and qrels/{split}.tsv.
+
+corpus.jsonl holds {"_id", "title", "text"} records, queries.jsonl {"_id", "text"}, and
+qrels/{split}.tsv the header `query-id<TAB>corpus-id<TAB>score` then one judgment a line.
+Every error names the file, the line and the field.
+"""
+from collections.abc import Callable, Mapping
+import json
+
+QRELS_HEADER = ["query-id", "corpus-id", "score"]
+
+
+def document_text(doc: Mapping[str, str]) -> str:
+  """A document as BEIR gives it to dense retrievers: `(title + " " + text).strip()`."""
+  return (doc.get("title", "") + " " + doc["text"]).strip()
+
+
+def query_text(query: Mapping[str, str]) -> str:
+  if not query["text"].strip():
+    raise ValueError("empty field 'text'")
+  return query["text"]
+
+
+def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[str, str]:
+  """{_id: to_text(record)} in file order; every record needs string `_id` and `text`."""
+  texts, first_line = {}, {}
+  with open(path, encoding="utf-8") as f:
+    for line_number, line in enumerate(f, start=1):
+      where = f"{path}:{line_number}"
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
+      if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object")
+      for field in ("_id", "text") + (("title",) if "title" in record else ()):
+        if not isinstance(record.get(field), str):
+          raise ValueError(f"{where}: field '{field}' is missing or not a string")
+      record_id = record["_id"]
+      if record_id in texts:
+        raise ValueError(f"{where}: duplicate _id '{record_id}' (first on line "
+                         f"{first_line[record_id]})")
+      try:
+        texts[record_id] = to_text(record)
+      except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+      first_line[record_id] = line_number
+  return texts
+
+
+def read_qrels(path: str, queries: Mapping[str, str],
+                corpus: Mapping[str, str]) -> dict[str, dict[str, int]]:
+  """{query-id: {corpus-id: score}} as BEIR reads it (a repeated pair keeps its last score)."""
+  qrels = {}
+  with open(path, encoding="utf-8") as f:
+    header = f.readline().rstrip("\r\n").split("\t")
+    if header != QRELS_HEADER:
+      raise ValueError(f"{path}:1: expected the header {chr(9).join(QRELS_HEADER)!r}, "
+                       f"got {chr(9).join(header)!r}")
+    for line_number, line in enumerate(f, start=2):
+      where = f"{path}:{line_number}"
+      fields = line.rstrip("\r\n").split("\t")
+      if len(fields) != 3:
+        raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
+                         f"score), got {len(fields)}")
+      query_id, doc_id, score = fields
+      if query_id not in queries:
+        raise ValueError(f"{where}: query-id '{query_id}' is not in queries.jsonl")
+      if doc_id not in corpus:
+        raise ValueError(f"{where}: corpus-id '{doc_id}' is not in corpus.jsonl")
+      try:
+        qrels.setdefault(query_id, {})[doc_id] = int(score)
+      except ValueError:
+        raise ValueError(f"{where}: score {score!r} is not an integer") from None
+  return qrels

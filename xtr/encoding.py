@@ -1,0 +1,106 @@
+"""Inference-time encoding: texts -> L2-normalized token vectors with a trained XTREncoder.
+
+Parameters come from an `xtr-train` checkpoint (a model directory or one of its step
+directories); the encoder's `fingerprint` (a hash of the parameters) ties an index to the exact
+weights that built it.
+"""
+import hashlib
+from typing import Any, Sequence
+
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import tqdm
+from etils import epath
+
+from xtr import vocabularies
+
+
+def latest_step_dir(checkpoint: str) -> epath.Path:
+  """A model dir (with checkpoints/) or a step dir -> the (absolute) step dir to load."""
+  path = epath.Path(checkpoint)
+  path = path if path.is_absolute() else path.absolute()  # Orbax needs absolute paths.
+  if (path / "state").exists():
+    return path
+  steps = [p for p in (path / "checkpoints").glob("*") if p.name.isdigit()]
+  if not steps:
+    raise FileNotFoundError(f"No complete xtr-train checkpoint under {path}.")
+  return max(steps, key=lambda p: int(p.name))
+
+
+def load_params(checkpoint: str) -> Any:
+  """The model parameters saved by `xtr-train` (optimizer state is not loaded)."""
+  state_dir = latest_step_dir(checkpoint) / "state"
+  metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
+  abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), metadata["params"])
+  restored = ocp.PyTreeCheckpointer().restore(
+      state_dir, args=ocp.args.PyTreeRestore(
+          item={"params": abstract},
+          restore_args={"params": jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
+                                               abstract)},
+          partial_restore=True))
+  return restored["params"]
+
+
+def fingerprint(params: Any) -> str:
+  """A short sha256 of every parameter's path, dtype, shape and bytes."""
+  digest = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    leaf = np.asarray(leaf)
+    digest.update(f"{jax.tree_util.keystr(path)}:{leaf.dtype}:{leaf.shape}".encode())
+    digest.update(np.ascontiguousarray(leaf).tobytes())
+  return digest.hexdigest()[:16]
+
+
+@gin.configurable
+class Encoder:
+  """Encodes texts into token vectors in fixed-shape batches (one compilation per length)."""
+
+  def __init__(self, params: Any, model: nn.Module = gin.REQUIRED,
+               vocabulary: Any = gin.REQUIRED, query_max_length: int = 32,
+               doc_max_length: int = 256, batch_size: int = 32):
+    self.params = params
+    self.model = model
+    self.vocabulary = vocabulary
+    self.query_max_length = query_max_length
+    self.doc_max_length = doc_max_length
+    self.batch_size = batch_size
+    self.fingerprint = fingerprint(params)
+    self._apply = jax.jit(lambda p, ids: model.apply({"params": p}, ids))
+
+  @property
+  def dim(self) -> int:
+    return self.model.embed_dim
+
+  def encode(self, texts: Sequence[str], max_length: int,
+             progress: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """texts -> (vectors [N, max_length, D] float32, mask [N, max_length] bool).
+
+    Args:
+      progress: a label for a progress bar (None: no bar).
+    """
+    vectors = np.zeros((len(texts), max_length, self.dim), np.float32)
+    mask = np.zeros((len(texts), max_length), bool)
+    starts = range(0, len(texts), self.batch_size)
+    for start in tqdm.tqdm(starts, desc=progress, unit="batch", disable=progress is None):
+      ids = vocabularies.encode_batch(
+          self.vocabulary, texts[start:start + self.batch_size], max_length)
+      padded = np.zeros((self.batch_size, max_length), np.int32)
+      padded[:len(ids)] = ids
+      batch_vectors, batch_mask = jax.device_get(self._apply(self.params, jnp.asarray(padded)))
+      vectors[start:start + len(ids)] = batch_vectors[:len(ids)]
+      mask[start:start + len(ids)] = batch_mask[:len(ids)]
+    return vectors, mask
+
+  def encode_queries(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """texts -> ([N, query_max_length, D], [N, query_max_length])."""
+    return self.encode(texts, self.query_max_length)
+
+  def encode_documents(self, texts: Sequence[str],
+                       progress: str | None = None) -> list[np.ndarray]:
+    """texts -> each document's valid token vectors [len_i, D] (padding dropped)."""
+    vectors, mask = self.encode(texts, self.doc_max_length, progress)
+    return [v[m] for v, m in zip(vectors, mask)]
