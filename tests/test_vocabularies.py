@@ -74,7 +74,7 @@ def test_bert_ids_equal_transformers(bert_vocab, minilm_dir, texts):
   tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
   expected = tokenizer(texts, add_special_tokens=False, truncation=False)["input_ids"]
   assert max(map(len, expected)) > 512  # Nothing was truncated.
-  assert bert_vocab.encode_batch(texts) == expected
+  assert [bert_vocab.encode(t) for t in texts] == expected
   assert [bert_vocab.encode(text) for text in EDGE_CASES] == expected[-len(EDGE_CASES):]
   assert bert_vocab.vocab_size == tokenizer.vocab_size == 30522
   assert vocabularies.special_tokens(bert_vocab) == ((tokenizer.cls_token_id,),
@@ -84,16 +84,16 @@ def test_bert_ids_equal_transformers(bert_vocab, minilm_dir, texts):
 
 def test_bert_tf_ids_equal_python_ids(bert_vocab, texts):
   special = "[CLS] x [SEP] [PAD]"  # Special-token strings are text on both sides.
-  assert _tf_ids(bert_vocab, texts + [special]) == bert_vocab.encode_batch(texts + [special])
+  assert _tf_ids(bert_vocab, texts + [special]) == [bert_vocab.encode(t) for t in texts + [special]]
   assert 101 not in bert_vocab.encode(special) and 102 not in bert_vocab.encode(special)
   batch = bert_vocab.encode_tf(tf.constant(EDGE_CASES))  # A batch gives ragged ids.
-  assert batch.to_list() == bert_vocab.encode_batch(EDGE_CASES)
+  assert batch.to_list() == [bert_vocab.encode(t) for t in EDGE_CASES]
 
 
 def test_bert_vocab_from_vocab_txt_or_dir_is_the_same(bert_vocab, minilm_dir, texts):
   for path in (minilm_dir / "vocab.txt", minilm_dir):
     other = vocabularies.BertVocabulary(path)
-    assert other.encode_batch(texts[:50]) == bert_vocab.encode_batch(texts[:50])
+    assert [other.encode(t) for t in texts[:50]] == [bert_vocab.encode(t) for t in texts[:50]]
     assert _tf_ids(other, EDGE_CASES) == _tf_ids(bert_vocab, EDGE_CASES)
 
 
@@ -113,8 +113,8 @@ def test_bert_tf_encoding_keeps_the_iterator_checkpointable(minilm_dir, texts, t
   path = checkpoint.write(str(tmp_path / "iterator"))
   after = [next(iterator).numpy().tolist() for _ in range(2)]
   checkpoint.read(path)
-  assert [next(iterator).numpy().tolist() for _ in range(2)] == after == vocab.encode_batch(
-      texts[1:3])
+  assert [next(iterator).numpy().tolist() for _ in range(2)] == after == [
+      vocab.encode(t) for t in texts[1:3]]
   assert vocab.encode_tf(tf.constant(texts[0])).numpy().tolist() == vocab.encode(texts[0])
 
 

@@ -1,9 +1,10 @@
-"""Vocabularies of the XTR encoders and python-side batch encoding.
+"""Vocabularies of the XTR encoders and the one tokenization of xtr (`tokenize_tf`).
 
 T5 uses seqio's SentencePieceVocabulary. BERT (e.g. all-MiniLM-L6-v2) uses `BertVocabulary`:
-uncased WordPiece, encoded in python by the `tokenizers` library and inside tf.data by TF-native
-ops only (regexes, tf_text NFD normalization and FastWordpieceTokenizer; no lookup tables or
-py_function), so tf.data iterators stay checkpointable. Both sides give identical ids.
+uncased WordPiece, encoded in python by the `tokenizers` library and inside TF by TF-native ops
+only (regexes, tf_text NFD normalization and FastWordpieceTokenizer; no lookup tables or
+py_function), so tf.data iterators stay checkpointable. Both give identical ids.
+Training (tf.data) and inference (`encode_batch`) both tokenize with `tokenize_tf`.
 Padding id is 0 for both; inputs are lowercased before encoding, as the released XTR does.
 """
 import functools
@@ -142,10 +143,6 @@ class BertVocabulary(seqio.Vocabulary):
 
   def _encode(self, s: str) -> list[int]:
     return self._tokenizer.encode(s).ids
-
-  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-    """Like `encode` on each text, in parallel."""
-    return [e.ids for e in self._tokenizer.encode_batch(list(texts))]
 
   def _encode_tf(self, s: tf.Tensor) -> tf.Tensor:
     """s: string scalar -> [n] int32 ids (a string batch [N] -> ragged [N, None])."""
