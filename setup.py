@@ -36,6 +36,9 @@ setuptools.setup(
     entry_points={
         "console_scripts": [
             "xtr-train=xtr.train:console_entry_point",
+            "xtr-export=xtr.export:console_entry_point",
+            "xtr-search=xtr.search:console_entry_point",
+            "xtr-eval-beir=xtr.eval_beir:console_entry_point",
         ],
     },
 )

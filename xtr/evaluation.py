@@ -154,7 +154,7 @@ def write_trec_run(run: Run, path: str, tag: str) -> None:
       is then left as it was).
   """
   _check_token("tag", tag)
-  with _atomic_open(path) as f:
+  with atomic_open(path) as f:
     for query_id, docs in run.items():
       _check_token("query id", query_id)
       for rank, (doc_id, score) in enumerate(trec_order(docs), start=1):
@@ -196,7 +196,7 @@ def read_trec_run(path: str) -> dict[str, dict[str, float]]:
 
 def write_json(results: Mapping[str, Any], path: str) -> None:
   """Writes `results` as indented JSON (NaN rejected), atomically."""
-  with _atomic_open(path) as f:
+  with atomic_open(path) as f:
     json.dump(results, f, indent=2, allow_nan=False)
     f.write("\n")
 
@@ -207,7 +207,7 @@ def _check_token(name: str, value: str) -> None:
 
 
 @contextlib.contextmanager
-def _atomic_open(path: str) -> Iterator[TextIO]:
+def atomic_open(path: str) -> Iterator[TextIO]:
   """A text file that replaces `path` when the block ends; if the block raises, `path` is untouched
   and the temporary file is removed."""
   path = os.fspath(path)

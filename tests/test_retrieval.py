@@ -1,0 +1,177 @@
+"""End to end: checkpoint -> xtr-export of a SciFact slice -> search -> xtr-eval-beir."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import flax.linen as nn
+import gin
+import jax
+import numpy as np
+import pytest
+
+from xtr import checkpoints
+from xtr import encoding
+from xtr import evaluation
+from xtr import export
+from xtr import index as index_lib
+from xtr import retrieval
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+NUM_QUERIES = 12
+NUM_DOCS = 150
+
+
+@pytest.fixture(scope="module")
+def scifact_slice(scifact_dir, tmp_path_factory) -> pathlib.Path:
+  """The first test queries of SciFact, their judged docs and other docs: a small BEIR dir."""
+  out = tmp_path_factory.mktemp("scifact_slice")
+  (out / "qrels").mkdir()
+  lines = (scifact_dir / "qrels" / "test.tsv").read_text().splitlines()
+  query_ids = list(dict.fromkeys(line.split("\t")[0] for line in lines[1:]))[:NUM_QUERIES]
+  rows = [line for line in lines[1:] if line.split("\t")[0] in query_ids]
+  judged = {row.split("\t")[1] for row in rows}
+  corpus = (scifact_dir / "corpus.jsonl").read_text().splitlines()
+  keep = [d for d in corpus if json.loads(d)["_id"] in judged]
+  keep += [d for d in corpus if json.loads(d)["_id"] not in judged][:NUM_DOCS - len(keep)]
+  (out / "corpus.jsonl").write_text("\n".join(keep) + "\n")
+  queries = (scifact_dir / "queries.jsonl").read_text().splitlines()
+  (out / "queries.jsonl").write_text(
+      "\n".join(q for q in queries if json.loads(q)["_id"] in query_ids) + "\n")
+  (out / "qrels" / "test.tsv").write_text("\n".join([lines[0], *rows]) + "\n")
+  return out
+
+
+@gin.configurable
+def _gin_model(model=gin.REQUIRED):
+  return model
+
+
+def _random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path) -> None:
+  """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would."""
+  gin.clear_config()
+  gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
+                                      [f"T5_SPM_PATH = '{t5_spm_path}'", "_gin_model.model = %MODEL"])
+  model = _gin_model()
+  params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])
+  checkpointer = checkpoints.Checkpointer(str(model_dir))
+  checkpointer.manager.save(1, args=checkpoints.ocp.args.Composite(
+      state=checkpoints.ocp.args.StandardSave({"params": jax.tree.map(np.asarray, params)})))
+  checkpointer.close()
+
+
+@pytest.fixture(scope="module")
+def exported(scifact_slice, tmp_path_factory, t5_spm_path):
+  """(model_dir, index_dir): a tiny random encoder and the ScaNN token index of the slice."""
+  root = tmp_path_factory.mktemp("exported")
+  _random_checkpoint(root / "model", 0, t5_spm_path)
+  _random_checkpoint(root / "other_model", 1, t5_spm_path)
+  command = [sys.executable, "-m", "xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+             f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+             "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64",
+             f"--checkpoint={root / 'model'}", f"--corpus={scifact_slice / 'corpus.jsonl'}",
+             f"--out={root / 'index'}", "--docs_per_chunk=40"]
+  subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO,
+                 env={**os.environ, "XLA_FLAGS": ""})
+  return root / "model", root / "index"
+
+
+def _search(exported, scifact_slice, config):
+  model_dir, index_dir = exported
+  gin.clear_config()
+  token_index = index_lib.open_index(str(index_dir))
+  gin.parse_config(token_index.manifest["model"]["gin_config"])
+  encoder = encoding.Encoder(encoding.load_params(str(model_dir)))
+  data = evaluation.load_beir(str(scifact_slice), "test")
+  return data, token_index, retrieval.search(encoder, token_index, data.queries, config)
+
+
+def test_export_writes_every_document(exported, scifact_slice):
+  token_index = index_lib.open_index(str(exported[1]))
+  token_index.verify()
+  corpus_ids = [json.loads(line)["_id"] for line in (scifact_slice / "corpus.jsonl").open()]
+  assert token_index.doc_ids == corpus_ids
+  assert token_index.manifest["model"]["doc_max_length"] == 64
+  lengths = [len(v) for v in token_index.doc_vectors(range(NUM_DOCS))]
+  assert sum(lengths) == token_index.num_tokens and max(lengths) == 64
+
+
+def test_xtr_with_all_tokens_ranks_as_exact_maxsim(exported, scifact_slice):
+  num_tokens = index_lib.open_index(str(exported[1])).num_tokens
+  _, _, exact = _search(exported, scifact_slice, retrieval.SearchConfig(top_k=20, scoring="exact"))
+  _, _, xtr = _search(exported, scifact_slice, retrieval.SearchConfig(
+      top_k=20, k_prime=num_tokens, scoring="xtr", searcher="bruteforce"))
+  for a, b in zip(exact.rankings, xtr.rankings):
+    assert [d for d, _ in a] == [d for d, _ in b]
+    np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-5)
+
+
+def test_colbert_three_stages_rescore_candidates_exactly(exported, scifact_slice):
+  _, token_index, exact = _search(exported, scifact_slice,
+                                  retrieval.SearchConfig(top_k=NUM_DOCS, scoring="exact"))
+  _, _, colbert = _search(exported, scifact_slice, retrieval.SearchConfig(
+      top_k=NUM_DOCS, k_prime=2, scoring="colbert", searcher="bruteforce"))
+  for exact_ranking, colbert_ranking in zip(exact.rankings, colbert.rankings):
+    exact_scores = dict(exact_ranking)
+    assert len(colbert_ranking) < NUM_DOCS  # Only the retrieved candidates are scored ...
+    for doc_id, score in colbert_ranking:  # ... with their exact f_ColBERT.
+      assert score == pytest.approx(exact_scores[doc_id], abs=1e-5)
+
+
+def _eval_beir(exported, scifact_slice, tmp_path, *flags):
+  model_dir, index_dir = exported
+  command = [sys.executable, "-m", "xtr.eval_beir", f"--data_dir={scifact_slice}",
+             f"--index={index_dir}", f"--checkpoint={model_dir}", f"--out={tmp_path / 'r.json'}",
+             *flags]
+  return subprocess.run(command, capture_output=True, text=True, cwd=REPO,
+                        env={**os.environ, "XLA_FLAGS": ""})
+
+
+def test_eval_beir_cli_reports_metrics_equal_to_pytrec_eval(exported, scifact_slice, tmp_path):
+  run_file = tmp_path / "run.trec"
+  process = _eval_beir(exported, scifact_slice, tmp_path, "--k_prime=200", "--scoring=xtr",
+                       f"--run_file={run_file}")
+  assert process.returncode == 0, process.stderr
+  report = json.loads((tmp_path / "r.json").read_text())
+  assert report["num_queries"] == NUM_QUERIES
+  assert (report["k_prime"], report["scoring"], report["impute"]) == (200, "xtr", "top_k_prime")
+  assert set(report["latency_ms_per_query"]) == {"mean", "p50", "p95"}
+  assert len(report["per_query"]) == NUM_QUERIES
+  data = evaluation.load_beir(str(scifact_slice), "test")
+  import pytrec_eval  # pylint: disable=g-import-not-at-top
+  run = evaluation.read_trec_run(str(run_file))
+  expected = pytrec_eval.RelevanceEvaluator(data.qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+  assert report["ndcg@10"] == pytest.approx(np.mean([v["ndcg_cut_10"] for v in expected.values()]))
+  assert report["recall@100"] == pytest.approx(np.mean([v["recall_100"] for v in expected.values()]))
+  assert f"nDCG@10 {report['ndcg@10']:.4f}" in process.stdout
+
+
+def test_eval_refuses_a_checkpoint_the_index_was_not_built_with(exported, scifact_slice, tmp_path):
+  other = exported[0].parent / "other_model"
+  process = _eval_beir((other, exported[1]), scifact_slice, tmp_path)
+  assert process.returncode != 0
+  assert "does not match the query model" in process.stderr
+  assert "checkpoint fingerprint" in process.stderr
+  assert not (tmp_path / "r.json").exists()
+
+
+def test_search_cli_reads_stdin_and_writes_jsonl(exported):
+  model_dir, index_dir = exported
+  process = subprocess.run(
+      [sys.executable, "-m", "xtr.search", f"--index={index_dir}", f"--checkpoint={model_dir}",
+       "--top_k=5", "--searcher=bruteforce"],
+      input="what causes scurvy\n\nvitamin c deficiency\n", capture_output=True, text=True,
+      cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  lines = [json.loads(line) for line in process.stdout.splitlines()]
+  assert [line["query_id"] for line in lines] == ["1", "3"]
+  assert all(len(line["results"]) == 5 for line in lines)
+  scores = [r["score"] for r in lines[0]["results"]]
+  assert scores == sorted(scores, reverse=True)
+
+
+def test_export_shards_split_the_corpus():
+  ranges = [export.shard_range(10, s, 3) for s in range(3)]
+  assert [list(r) for r in ranges] == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
+  with pytest.raises(ValueError, match="shard_id"):
+    export.shard_range(10, 3, 3)

@@ -1,0 +1,111 @@
+"""Ranking a corpus for queries: token retrieval from the index, then scoring.
+
+  scoring="xtr":     token retrieval -> f_XTR' from the retrieved scores alone (eq. 4, with
+                     imputation); no gathering stage.
+  scoring="colbert": ColBERT's three stages: token retrieval -> gather all token vectors of every
+                     candidate from the index -> exact f_ColBERT.
+  scoring="exact":   exact f_ColBERT (MaxSim) over the whole corpus: an upper bound for both, for
+                     small corpora.
+"""
+import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
+import tqdm
+
+from xtr import encoding
+from xtr import index as index_lib
+from xtr import scoring as scoring_lib
+
+SCORINGS = ("xtr", "colbert", "exact")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+  """How queries are answered.
+
+  Attributes:
+    top_k: documents returned per query.
+    k_prime: document tokens retrieved per query token (k').
+    scoring: "xtr", "colbert" or "exact" (see the module docstring).
+    impute: f_XTR''s score for query tokens that retrieved nothing of a document:
+      "top_k_prime" (the paper's m_i), "zero", a float, or "none".
+    searcher: "scann" (the index's ScaNN searcher) or "bruteforce" (exact token retrieval).
+  """
+  top_k: int = 100
+  k_prime: int = 1000
+  scoring: str = "xtr"
+  impute: str | float = "top_k_prime"
+  searcher: str = "scann"
+
+  def __post_init__(self):
+    if self.scoring not in SCORINGS:
+      raise ValueError(f"scoring must be one of {SCORINGS}, got {self.scoring!r}")
+
+
+@dataclasses.dataclass
+class Results:
+  """Ranked documents of each query and the search + scoring time of each (encoding excluded)."""
+  rankings: list[list[tuple[str, float]]]
+  latency_ms: np.ndarray  # [Q]
+
+
+def search(encoder: encoding.Encoder, token_index: index_lib.TokenIndex,
+           queries: Sequence[str], config: SearchConfig) -> Results:
+  """Ranks the index's documents for each query."""
+  q, q_mask = encoder.encode_queries(queries)  # [Q, n, D], [Q, n]
+  if config.scoring == "exact":
+    return _exact(token_index, q, q_mask, config)
+  _rank_one(token_index, q[0], q_mask[0], config)  # Compiles, so that no latency includes it.
+  rankings, latency_ms = [], []
+  for vectors, mask in tqdm.tqdm(zip(q, q_mask), total=len(q), desc="search", unit="query"):
+    start = time.perf_counter()
+    doc_index, scores = _rank_one(token_index, vectors, mask, config)
+    latency_ms.append(1000 * (time.perf_counter() - start))
+    rankings.append(_named(token_index, doc_index, scores))
+  return Results(rankings, np.asarray(latency_ms))
+
+
+def _rank_one(token_index: index_lib.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+              config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
+  """One query (q [n, D], q_mask [n]) -> its top_k (doc_index [top_k], scores [top_k])."""
+  token_scores, token_docs = token_index.search(q[q_mask], config.k_prime, config.searcher)
+  if config.scoring == "xtr":
+    # Padded to n rows so that every query compiles to the same shapes.
+    n = len(q_mask)
+    padded_scores = np.full((n, config.k_prime), -np.inf, np.float32)
+    padded_docs = np.full((n, config.k_prime), -1, np.int32)
+    padded_scores[:len(token_scores)], padded_docs[:len(token_docs)] = token_scores, token_docs
+    doc_ids, scores = scoring_lib.f_xtr_prime(
+        padded_scores, padded_docs, np.arange(n) < len(token_scores), config.impute)
+  else:
+    doc_ids = np.unique(token_docs[token_docs >= 0])
+    valid_q = q[q_mask]
+    scores = scoring_lib.colbert_rerank(valid_q, np.ones(len(valid_q), bool),
+                                        token_index.doc_vectors(doc_ids))
+  top_ids, top_scores = scoring_lib.top_documents(doc_ids, scores, config.top_k)
+  return np.asarray(top_ids), np.asarray(top_scores)
+
+
+def _exact(token_index: index_lib.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+           config: SearchConfig) -> Results:
+  """Exact MaxSim of every query against every document (all of them in memory)."""
+  docs = token_index.doc_vectors(range(token_index.num_docs))
+  length = max(len(d) for d in docs)
+  doc_vectors = np.zeros((len(docs), length, token_index.dim), np.float32)
+  doc_mask = np.zeros((len(docs), length), bool)
+  for i, d in enumerate(docs):
+    doc_vectors[i, :len(d)], doc_mask[i, :len(d)] = d, True
+  scoring_lib.exact_maxsim(q, q_mask, doc_vectors[:1], doc_mask[:1], config.top_k)  # Compiles.
+  start = time.perf_counter()
+  doc_index, scores = scoring_lib.exact_maxsim(q, q_mask, doc_vectors, doc_mask, config.top_k)
+  per_query = 1000 * (time.perf_counter() - start) / len(q)
+  rankings = [_named(token_index, np.asarray(d), np.asarray(s)) for d, s in zip(doc_index, scores)]
+  return Results(rankings, np.full(len(q), per_query))
+
+
+def _named(token_index: index_lib.TokenIndex, doc_index: np.ndarray,
+           scores: np.ndarray) -> list[tuple[str, float]]:
+  """Drops padding (-1) and maps doc indices to corpus ids."""
+  return [(token_index.doc_ids[d], float(s)) for d, s in zip(doc_index, scores) if d >= 0]
