@@ -1,0 +1,307 @@
+"""Token index: writer + resume, exact and ScaNN search, shard fan-out, integrity checks.
+
+Most tests use small integer-valued vectors: their dot products are exact in float32 (and the
+vectors exact in float16), so exact search must match numpy bit for bit, ties included.
+"""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import gin
+import numpy as np
+import pytest
+
+from xtr import index
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+MODEL = {"gin_config": "XTREncoder.embed_dim = 32", "embed_dim": 32, "max_length": 16}
+FINGERPRINT = "ckpt-1234"
+
+
+def _integer_docs(num_docs: int, dim: int = 32, seed: int = 0) -> list[np.ndarray]:
+  """Docs of 0 to 12 tokens with integer entries in [-8, 8] (every 7th doc is empty)."""
+  rng = np.random.default_rng(seed)
+  lengths = np.where(np.arange(num_docs) % 7 == 3, 0, rng.integers(1, 13, num_docs))
+  return [rng.integers(-8, 9, (n, dim)).astype(np.float32) for n in lengths]
+
+
+def _ids(num_docs: int, prefix: str = "doc") -> list[str]:
+  return [f"{prefix}-{i}" for i in range(num_docs)]
+
+
+def _write_chunks(writer: index.IndexWriter, doc_ids, docs, docs_per_chunk: int) -> None:
+  for chunk in range(writer.completed_chunks(), -(-len(docs) // docs_per_chunk)):
+    part = slice(chunk * docs_per_chunk, (chunk + 1) * docs_per_chunk)
+    writer.write_chunk(chunk, doc_ids[part], docs[part])
+
+
+def _export(path, doc_ids, docs, docs_per_chunk=4, dtype="float32") -> dict:
+  writer = index.IndexWriter(str(path), docs[0].shape[1], dtype, MODEL, FINGERPRINT,
+                             docs_per_chunk)
+  _write_chunks(writer, doc_ids, docs, docs_per_chunk)
+  return writer.finalize()
+
+
+def _files(root) -> dict[str, bytes]:
+  root = pathlib.Path(root)
+  return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+          if p.is_file()}
+
+
+def _numpy_search(queries, docs, k):
+  """Reference exact search: stable sort of all tokens by descending dot product."""
+  tokens = np.concatenate(docs)
+  token_doc = np.repeat(np.arange(len(docs)), [len(d) for d in docs])
+  scores = (queries.astype(np.float64) @ tokens.astype(np.float64).T).astype(np.float32)
+  order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+  pad = ((0, 0), (0, max(0, k - tokens.shape[0])))
+  return (np.pad(np.take_along_axis(scores, order, 1), pad, constant_values=-np.inf),
+          np.pad(token_doc[order], pad, constant_values=-1))
+
+
+def _clustered(num: int, seed: int, dim=128, num_centers=200, noise=0.5) -> np.ndarray:
+  """[num, dim] unit vectors around fixed random centers: center + noise * N(0, I / dim)."""
+  centers = np.random.default_rng(0).normal(size=(num_centers, dim))
+  centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+  rng = np.random.default_rng(seed)
+  x = centers[rng.integers(0, num_centers, num)] + noise * rng.normal(size=(num, dim)) / dim**0.5
+  return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_scann_recall_at_default_settings(tmp_path):
+  # One token per doc, so doc indices are token ids and recall is exact token recall. Noise 0.5
+  # puts a query's k'-th best token at cosine ~0.79 (its best at ~0.85). Measured recall: 0.95.
+  vectors = _clustered(30_000, seed=1)
+  queries = _clustered(200, seed=2)
+  manifest = _export(tmp_path, _ids(len(vectors)), list(vectors[:, None]), docs_per_chunk=10_000)
+  assert manifest["scann"]["num_leaves"] == 174  # ceil(sqrt(30000))
+  k_prime = 100
+  true_top = np.argsort(-(queries @ vectors.T), axis=1)[:, :k_prime]
+  scores, docs = index.open_index(str(tmp_path)).search(queries, k_prime, searcher="scann")
+  recall = np.mean([len(set(d) & set(t)) / k_prime for d, t in zip(docs, true_top)])
+  assert recall >= 0.9
+  assert np.all(np.diff(scores, axis=1) <= 0)
+  exact = np.take_along_axis(queries @ vectors.T, docs.astype(int), axis=1)
+  np.testing.assert_allclose(scores, exact, atol=0.05)  # AH scores approximate dot products.
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_bruteforce_equals_numpy(tmp_path, dtype):
+  docs = _integer_docs(3000)  # ~16.5k tokens: two exact-search blocks, blocks span chunks.
+  _export(tmp_path, _ids(len(docs)), docs, docs_per_chunk=700, dtype=dtype)
+  queries = np.random.default_rng(1).integers(-8, 9, (50, 32)).astype(np.float32)
+  scores, doc_index = index.open_index(str(tmp_path)).search(queries, 300, "bruteforce")
+  expected_scores, expected_docs = _numpy_search(queries, docs, 300)
+  np.testing.assert_array_equal(scores, expected_scores)
+  np.testing.assert_array_equal(doc_index, expected_docs)
+  assert scores.dtype == np.float32 and doc_index.dtype == np.int32
+
+
+@pytest.mark.parametrize("searcher", ["scann", "bruteforce"])
+@pytest.mark.parametrize("num_docs, scoring", [(1, "brute_force"),  # 11 tokens
+                                               (3, "asymmetric_hashing")])  # 26 tokens
+def test_pads_when_k_prime_exceeds_tokens(tmp_path, searcher, num_docs, scoring):
+  docs = _integer_docs(num_docs)
+  assert _export(tmp_path, _ids(num_docs), docs)["scann"]["scoring"] == scoring
+  num_tokens = sum(map(len, docs))
+  queries = np.random.default_rng(1).integers(-8, 9, (4, 32)).astype(np.float32)
+  scores, doc_index = index.open_index(str(tmp_path)).search(queries, 40, searcher)
+  assert scores.shape == doc_index.shape == (4, 40)
+  assert np.all(scores[:, :num_tokens] > -np.inf) and np.all(scores[:, num_tokens:] == -np.inf)
+  assert np.all(doc_index[:, num_tokens:] == -1)
+  token_docs = sorted(np.repeat(np.arange(num_docs), [len(d) for d in docs]))
+  for row in doc_index:
+    assert sorted(row[:num_tokens]) == token_docs
+
+
+def test_scann_config_from_gin_with_reordering(tmp_path):
+  docs = _integer_docs(9)
+  with gin.unlock_config():
+    gin.parse_config(["ScannConfig.num_leaves = 3", "ScannConfig.reorder_k = 20"])
+  try:
+    settings = _export(tmp_path, _ids(9), docs)["scann"]
+  finally:
+    gin.clear_config()
+  assert (settings["num_leaves"], settings["num_leaves_to_search"], settings["reorder_k"]) == (
+      3, 3, 20)
+  # Reordering rescores exactly: each score is the dot product with a token of the doc returned.
+  queries = np.random.default_rng(1).integers(-8, 9, (5, 32)).astype(np.float32)
+  scores, doc_index = index.open_index(str(tmp_path)).search(queries, 30, "scann")
+  for query, row_scores, row_docs in zip(queries, scores, doc_index):
+    for score, doc in zip(row_scores, row_docs):
+      assert score in docs[doc] @ query
+
+
+def test_doc_vectors_gathers_written_vectors(tmp_path):
+  docs = _integer_docs(30)
+  _export(tmp_path, _ids(30), docs, docs_per_chunk=7, dtype="float16")
+  token_index = index.open_index(str(tmp_path))
+  wanted = [29, 3, 0, 17, 3, 10]  # doc 3 (and 10, 17) are empty
+  for doc, vectors in zip(wanted, token_index.doc_vectors(wanted)):
+    assert vectors.dtype == np.float32
+    np.testing.assert_array_equal(vectors, docs[doc])
+  assert token_index.doc_ids == _ids(30)
+  assert token_index.num_tokens == sum(map(len, docs)) and token_index.num_docs == 30
+  with pytest.raises(IndexError, match=r"\[0, 30\)"):
+    token_index.doc_vectors([30])
+
+
+def test_fan_out_over_shards_equals_single_index(tmp_path):
+  docs, doc_ids = _integer_docs(23), _ids(23)
+  _export(tmp_path / "single", doc_ids, docs, docs_per_chunk=5)
+  bounds = [0, 10, 14, 23]
+  for shard in range(3):
+    part = slice(bounds[shard], bounds[shard + 1])
+    _export(index.shard_path(str(tmp_path / "sharded"), shard, 3), doc_ids[part], docs[part],
+            docs_per_chunk=3)
+  single = index.open_index(str(tmp_path / "single"))
+  sharded = index.open_index(str(tmp_path / "sharded"))
+  assert sharded.doc_ids == doc_ids
+  assert (sharded.num_docs, sharded.num_tokens) == (single.num_docs, single.num_tokens)
+  index.check_compatible(sharded.manifest, 32, FINGERPRINT)
+  rng = np.random.default_rng(1)
+  queries = rng.integers(-8, 9, (20, 32)).astype(np.float32)
+  for k_prime in (7, 200):
+    for got, expected in zip(sharded.search(queries, k_prime, "bruteforce"),
+                             single.search(queries, k_prime, "bruteforce")):
+      np.testing.assert_array_equal(got, expected)
+  for got, expected in zip(sharded.doc_vectors(range(23)), docs):
+    np.testing.assert_array_equal(got, expected)
+  # ScaNN: a query equal to a document token (|q|^2 ~ 700 vs |q.d| ~ 100) finds its doc first.
+  tokens = np.concatenate(docs)
+  token_docs = np.repeat(np.arange(23), [len(d) for d in docs])
+  picks = rng.choice(len(tokens), 30, replace=False)
+  _, doc_index = sharded.search(tokens[picks], 5, "scann")
+  np.testing.assert_array_equal(doc_index[:, 0], token_docs[picks])
+
+
+_KILLED_EXPORT = """
+import os, signal, sys
+from tests.test_index import FINGERPRINT, MODEL, _ids, _integer_docs, _write_chunks
+from xtr import index
+
+real_replace = os.replace
+
+def replace(src, dst):  # SIGKILL just before chunk 2's doc index is renamed into place.
+  if dst.endswith("doc_index-00002.npy"):
+    os.kill(os.getpid(), signal.SIGKILL)
+  real_replace(src, dst)
+
+os.replace = replace
+writer = index.IndexWriter(sys.argv[1], 32, "float16", MODEL, FINGERPRINT, 4)
+_write_chunks(writer, _ids(22), _integer_docs(22), 4)
+"""
+
+
+def test_export_killed_with_sigkill_resumes_to_identical_files(tmp_path):
+  docs, doc_ids = _integer_docs(22), _ids(22)
+  reference = tmp_path / "reference"
+  _export(reference, doc_ids, docs, dtype="float16")
+  out = tmp_path / "killed"
+  process = subprocess.run([sys.executable, "-c", _KILLED_EXPORT, str(out)], cwd=REPO,
+                           capture_output=True, check=False)
+  assert process.returncode == -signal.SIGKILL, process.stderr.decode()[-2000:]
+  assert not (out / index.MANIFEST).exists()
+  assert (out / "chunks/vectors-00002.npy").exists()  # chunk 2 is half done:
+  assert (out / "chunks/doc_index-00002.npy.tmp").exists()  # its temporary is left behind
+  with pytest.raises(ValueError, match=f"{out} is an incomplete token index"):
+    index.open_index(str(out))
+  (out / "chunks/vectors-00003.npy.tmp").write_bytes(b"\x93NUMPY half-written")
+
+  writer = index.IndexWriter(str(out), 32, "float16", MODEL, FINGERPRINT, 4)
+  assert writer.completed_chunks() == 2
+  _write_chunks(writer, doc_ids, docs, 4)
+  assert not (out / index.MANIFEST).exists()  # the manifest only comes with finalize
+  writer.finalize()
+  assert _files(out) == _files(reference)  # byte-identical, ScaNN included
+  queries = np.random.default_rng(1).integers(-8, 9, (8, 32)).astype(np.float32)
+  for searcher in ("scann", "bruteforce"):
+    for got, expected in zip(index.open_index(str(out)).search(queries, 10, searcher),
+                             index.open_index(str(reference)).search(queries, 10, searcher)):
+      np.testing.assert_array_equal(got, expected)
+
+
+def test_interrupted_finalize_resumes_to_identical_files(tmp_path, monkeypatch):
+  docs, doc_ids = _integer_docs(9), _ids(9)
+  _export(tmp_path / "reference", doc_ids, docs)
+  out = tmp_path / "interrupted"
+  writer = index.IndexWriter(str(out), 32, "float32", MODEL, FINGERPRINT, 4)
+  _write_chunks(writer, doc_ids, docs, 4)
+  real_replace = os.replace
+
+  def replace(src, dst):
+    if str(dst).endswith("doc_offsets.npy"):
+      raise KeyboardInterrupt
+    real_replace(src, dst)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+      writer.finalize()
+  assert (out / "scann").is_dir() and not (out / index.MANIFEST).exists()
+  index.IndexWriter(str(out), 32, "float32", MODEL, FINGERPRINT, 4).finalize()
+  assert _files(out) == _files(tmp_path / "reference")
+
+
+def test_resume_refuses_other_settings(tmp_path):
+  writer = index.IndexWriter(str(tmp_path), 32, "float32", MODEL, FINGERPRINT, 4)
+  writer.write_chunk(0, ["a"], [np.ones((2, 32), np.float32)])
+  with pytest.raises(ValueError, match=r"writer\.json.*other settings \(dim, fingerprint"):
+    index.IndexWriter(str(tmp_path), 16, "float32", MODEL, "other", 4)
+  with pytest.raises(ValueError, match=r"chunk 0 written out of order: the next chunk .* is 1"):
+    writer.write_chunk(0, ["a"], [np.ones((2, 32), np.float32)])
+  with pytest.raises(ValueError, match=r"doc 'b': vectors of shape \(2, 16\), expected"):
+    writer.write_chunk(1, ["b"], [np.ones((2, 16), np.float32)])
+  writer.finalize()
+  with pytest.raises(FileExistsError, match="the index is complete"):
+    index.IndexWriter(str(tmp_path), 32, "float32", MODEL, FINGERPRINT, 4)
+
+
+def test_check_compatible(tmp_path):
+  _export(tmp_path, _ids(5), _integer_docs(5))
+  token_index = index.open_index(str(tmp_path))
+  index.check_compatible(token_index.manifest, 32, FINGERPRINT)
+  with pytest.raises(ValueError, match=r"token dim 32 \(index\) vs 128 \(query model\)"):
+    index.check_compatible(token_index.manifest, 128, FINGERPRINT)
+  with pytest.raises(ValueError, match=r"fingerprint 'ckpt-1234' \(index\) vs 'ckpt-9' \(query"):
+    index.check_compatible(token_index.manifest, 32, "ckpt-9")
+  with pytest.raises(ValueError, match="index dim 32 vs query dim 128"):
+    token_index.search(np.zeros((3, 128), np.float32), 10)
+
+
+def test_damaged_index_errors_name_the_file(tmp_path):
+  _export(tmp_path, _ids(9), _integer_docs(9))
+  index.open_index(str(tmp_path)).verify()
+  chunk = tmp_path / "chunks/vectors-00001.npy"
+  data = bytearray(chunk.read_bytes())
+  data[-1] ^= 1
+  chunk.write_bytes(bytes(data))
+  with pytest.raises(ValueError, match=f"{chunk} is corrupt: its sha256 differs"):
+    index.open_index(str(tmp_path)).verify()
+  chunk.write_bytes(bytes(data[:-64]))
+  with pytest.raises(ValueError, match=f"{chunk} is unreadable"):
+    index.open_index(str(tmp_path))
+  chunk.unlink()
+  with pytest.raises(FileNotFoundError, match=f"{chunk} is missing"):
+    index.open_index(str(tmp_path))
+  (tmp_path / index.MANIFEST).unlink()
+  with pytest.raises(ValueError, match="incomplete token index"):
+    index.open_index(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="no token index"):
+    index.open_index(str(tmp_path / "chunks"))
+
+
+def test_shards_must_be_a_complete_consistent_set(tmp_path):
+  docs = _integer_docs(6)
+  _export(index.shard_path(str(tmp_path), 0, 3), _ids(3), docs[:3])
+  _export(index.shard_path(str(tmp_path), 2, 3), _ids(3, "b"), docs[3:])
+  with pytest.raises(ValueError, match=r"missing \['shard-00001-of-00003'\]"):
+    index.open_index(str(tmp_path))
+  writer = index.IndexWriter(index.shard_path(str(tmp_path), 1, 3), 32, "float32", MODEL,
+                             "other-checkpoint", 4)
+  writer.write_chunk(0, ["c"], [docs[0]])
+  writer.finalize()
+  with pytest.raises(ValueError, match=r"shard-00001-of-00003 differs .* in fingerprint"):
+    index.open_index(str(tmp_path))
