@@ -1,20 +1,27 @@
-"""BEIR-layout training pairs: (query, positive) from `qrels/{split}.tsv` plus a sampled negative.
+"""BEIR-layout training pairs: (query, positive) from `qrels/{split}.tsv` plus a sampled negative
+(`uniform_negative` from the corpus, or `bm25_negative`, a BM25 hard negative).
 
 `data_dir` holds corpus.jsonl ({"_id", "title", "text"}), queries.jsonl ({"_id", "text"}) and
-qrels/{split}.tsv (header `query-id<TAB>corpus-id<TAB>score`; score > 0 marks a positive).
-The files are small enough to validate in Python; the pairs then become tensors.
+qrels/{split}.tsv (header `query-id<TAB>corpus-id<TAB>score`; score > 0 marks a positive), each
+possibly gzipped (`corpus.jsonl.gz`). The files are small enough to validate in Python; the
+pairs then become tensors.
 """
 from collections.abc import Callable, Mapping
 import dataclasses
 import functools
+import hashlib
+import json
 import os
+import tempfile
 
+import bm25s
 import gin
 import numpy as np
 import seqio
 import tensorflow as tf
 
 from xtr import beir_files
+from xtr import bm25
 
 @dataclasses.dataclass(frozen=True)
 class BeirPairs:
@@ -43,15 +50,15 @@ def load_pairs(data_dir: str = gin.REQUIRED, split: str = "train") -> BeirPairs:
 @functools.lru_cache(maxsize=1)
 def _load_pairs(data_dir: str, split: str) -> BeirPairs:
   corpus = beir_files.read_jsonl(
-      os.path.join(data_dir, "corpus.jsonl"), beir_files.document_text)
+      beir_files.resolve(data_dir, "corpus.jsonl"), beir_files.document_text)
   queries = beir_files.read_jsonl(
-      os.path.join(data_dir, "queries.jsonl"), beir_files.query_text)
-  qrels = beir_files.read_qrels(
-      os.path.join(data_dir, "qrels", f"{split}.tsv"), queries, corpus)
+      beir_files.resolve(data_dir, "queries.jsonl"), beir_files.query_text)
+  qrels_path = beir_files.resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
+  qrels = beir_files.read_qrels(qrels_path, queries, corpus)
   doc_index = {doc_id: i for i, doc_id in enumerate(corpus)}
   query_ids = [query_id for query_id, docs in qrels.items() if any(s > 0 for s in docs.values())]
   if not query_ids:
-    raise ValueError(f"{data_dir}/qrels/{split}.tsv: no row has score > 0")
+    raise ValueError(f"{qrels_path}: no row has score > 0")
   pairs = [(q, doc_index[doc_id]) for q, query_id in enumerate(query_ids)
            for doc_id, score in qrels[query_id].items() if score > 0]
   return BeirPairs(queries=tuple(queries[query_id] for query_id in query_ids),
@@ -91,6 +98,65 @@ def uniform_negative(data: BeirPairs, query_index: tf.Tensor, seed: tf.Tensor) -
                                   dtype=tf.int64)
   below = positives - tf.range(end - start) <= r
   return r + tf.reduce_sum(tf.cast(below, tf.int64))
+
+
+@gin.configurable
+def bm25_negative(data: BeirPairs, query_index: tf.Tensor, seed: tf.Tensor, depth: int = 100,
+                  cache_dir: str = "~/.cache/xtr/bm25") -> tf.Tensor:
+  """A BM25 hard negative: drawn uniformly from the query's top-`depth` BM25 documents
+  (`bm25_top_docs`, mined once and cached in `cache_dir`) that are neither positives of the query
+  nor unmatched (score 0).
+
+  Raises:
+    ValueError: naming a query that has no such document (raise `depth`).
+  """
+  top = bm25_top_docs(data, depth, cache_dir)
+  num_docs = len(data.docs)
+  pair_keys = data.pairs[:, 0] * num_docs + data.pairs[:, 1]  # (query, doc) -> one int64
+  is_positive = np.isin(np.arange(len(data.queries))[:, None] * num_docs + top, pair_keys)
+  candidate = (top >= 0) & ~is_positive
+  counts = candidate.sum(axis=1)
+  if counts.min() == 0:
+    query = data.queries[int(np.argmin(counts))]
+    raise ValueError(f"Query {query!r}: its top-{depth} BM25 documents are all positives or "
+                     "unmatched; no negative to sample.")
+  starts = np.concatenate([[0], np.cumsum(counts)])
+  r = tf.random.stateless_uniform([], seed, minval=0, maxval=tf.gather(counts, query_index),
+                                  dtype=tf.int64)
+  return tf.gather(top[candidate], tf.gather(starts, query_index) + r)
+
+
+def bm25_top_docs(data: BeirPairs, depth: int, cache_dir: str) -> np.ndarray:
+  """[Q, min(depth, N)] int64: each query's best BM25 documents (`xtr.bm25.Bm25` with its
+  defaults) by corpus index, best first, -1 where a document matches no query token.
+
+  Mined once, then read from `cache_dir/<key>.npy`; the key hashes the queries, the documents,
+  `depth` and the BM25 settings, so changed data are mined afresh.
+  """
+  settings = {"bm25s": bm25s.__version__, "k1": bm25.K1, "b": bm25.B, "depth": depth}
+  key = hashlib.sha256(json.dumps([settings, data.queries, data.docs]).encode()).hexdigest()
+  cache_dir = os.path.expanduser(cache_dir)
+  path = os.path.join(cache_dir, f"{key}.npy")
+  if os.path.exists(path):
+    return np.load(path)
+  top = _mine_bm25(data, depth)
+  os.makedirs(cache_dir, exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=cache_dir, suffix=".tmp", delete=False) as f:
+    try:
+      np.save(f, top)
+      f.flush()
+      os.fsync(f.fileno())
+    except BaseException:
+      os.remove(f.name)
+      raise
+  os.replace(f.name, path)  # atomic: readers see no file or a complete one
+  return top
+
+
+def _mine_bm25(data: BeirPairs, depth: int) -> np.ndarray:
+  index = bm25.Bm25([str(i) for i in range(len(data.docs))], data.docs)
+  top, scores = index.top_k(data.queries, depth)
+  return np.where(scores > 0, top, -1)
 
 
 @gin.configurable

@@ -2,12 +2,36 @@
 
 corpus.jsonl holds {"_id", "title", "text"} records, queries.jsonl {"_id", "text"}, and
 qrels/{split}.tsv the header `query-id<TAB>corpus-id<TAB>score` then one judgment a line.
+Any of them may be gzipped (`corpus.jsonl.gz`); `resolve` finds whichever is there.
 Every error names the file, the line and the field.
 """
 from collections.abc import Callable, Mapping
+import gzip
 import json
+import os
+from typing import TextIO
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
+
+
+def resolve(data_dir: str, name: str) -> str:
+  """`data_dir/name`, or `data_dir/name.gz` where only that exists.
+
+  Raises:
+    FileNotFoundError: naming both paths, if neither exists.
+  """
+  path = os.path.join(data_dir, name)
+  for candidate in (path, path + ".gz"):
+    if os.path.exists(candidate):
+      return candidate
+  raise FileNotFoundError(f"Neither {path} nor {path}.gz exists.")
+
+
+def open_text(path: str | os.PathLike[str]) -> TextIO:
+  """`path` opened for reading as UTF-8 text, decompressed if it ends with `.gz`."""
+  if os.fspath(path).endswith(".gz"):
+    return gzip.open(path, "rt", encoding="utf-8")
+  return open(path, encoding="utf-8")
 
 
 def document_text(doc: Mapping[str, str]) -> str:
@@ -24,7 +48,7 @@ def query_text(query: Mapping[str, str]) -> str:
 def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[str, str]:
   """{_id: to_text(record)} in file order; every record needs string `_id` and `text`."""
   texts, first_line = {}, {}
-  with open(path, encoding="utf-8") as f:
+  with open_text(path) as f:
     for line_number, line in enumerate(f, start=1):
       where = f"{path}:{line_number}"
       try:
@@ -52,7 +76,7 @@ def read_qrels(path: str, queries: Mapping[str, str],
                 corpus: Mapping[str, str]) -> dict[str, dict[str, int]]:
   """{query-id: {corpus-id: score}} as BEIR reads it (a repeated pair keeps its last score)."""
   qrels = {}
-  with open(path, encoding="utf-8") as f:
+  with open_text(path) as f:
     header = f.readline().rstrip("\r\n").split("\t")
     if header != QRELS_HEADER:
       raise ValueError(f"{path}:1: expected the header {chr(9).join(QRELS_HEADER)!r}, "

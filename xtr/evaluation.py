@@ -62,10 +62,10 @@ def load_beir(data_dir: str = gin.REQUIRED, split: str = "test") -> BeirData:
   """
   data_dir = os.fspath(data_dir)
   corpus = beir_files.read_jsonl(
-      os.path.join(data_dir, "corpus.jsonl"), beir_files.document_text)
+      beir_files.resolve(data_dir, "corpus.jsonl"), beir_files.document_text)
   queries = beir_files.read_jsonl(
-      os.path.join(data_dir, "queries.jsonl"), beir_files.query_text)
-  qrels_path = os.path.join(data_dir, "qrels", f"{split}.tsv")
+      beir_files.resolve(data_dir, "queries.jsonl"), beir_files.query_text)
+  qrels_path = beir_files.resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
   qrels = beir_files.read_qrels(qrels_path, queries, corpus)
   if not qrels:
     raise ValueError(f"{qrels_path}: no qrels rows")

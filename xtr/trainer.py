@@ -33,13 +33,15 @@ class TrainState:
 
 
 def loss_and_metrics(params: Any, batch: dict[str, jax.Array], model: nn.Module, scoring: str,
-                     k_train: int, dropout_rng: jax.Array | None = None):
+                     k_train: int, temperature: float = 1.0,
+                     dropout_rng: jax.Array | None = None):
   """In-batch cross-entropy of every query against every document of the (global) batch.
 
   Args:
     batch: `query_tokens` [B, Lq] and `doc_tokens` [B, K, Ld]; document 0 of a row is the
       positive of that row's query, K = 1 + negatives, so C = B * K documents in all.
     scoring: "xtr" (f_xtr, top-`k_train` in-batch token retrieval) or "colbert" (f_colbert).
+    temperature: the softmax runs over scores / temperature.
   Returns:
     (loss, metrics): loss, accuracy (positive ranked first) and the fraction of query tokens
     whose top-`k_train` holds a token of their positive document.
@@ -59,7 +61,7 @@ def loss_and_metrics(params: Any, batch: dict[str, jax.Array], model: nn.Module,
   else:
     raise ValueError(f"Unknown scoring {scoring!r}: expected 'xtr' or 'colbert'.")
   positive_index = jnp.arange(num_queries) * docs_per_query
-  loss = losses.in_batch_cross_entropy(scores, positive_index)
+  loss = losses.in_batch_cross_entropy(scores / temperature, positive_index)
   metrics = {
       "loss": loss,
       "accuracy": losses.in_batch_accuracy(scores, positive_index),
@@ -108,14 +110,16 @@ def _checked_like(loaded: Any, reference: Any) -> Any:
 
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
-                    shardings: TrainState, scoring: str, k_train: int, dropout_seed: int = 0):
+                    shardings: TrainState, scoring: str, k_train: int,
+                    temperature: float = 1.0, dropout_seed: int = 0):
   """Returns the jitted `train_step(state, batch) -> (state, metrics)`."""
   base_rng = jax.random.key(dropout_seed)
 
   def train_step(state: TrainState, batch: dict[str, jax.Array]):
     dropout_rng = jax.random.fold_in(base_rng, state.step)
     grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
-    (_, metrics), grads = grad_fn(state.params, batch, model, scoring, k_train, dropout_rng)
+    (_, metrics), grads = grad_fn(state.params, batch, model, scoring, k_train, temperature,
+                                  dropout_rng)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics["grad_norm"] = optax.tree.norm(grads)
@@ -138,6 +142,7 @@ def train(model_dir: str = gin.REQUIRED,
           task_feature_lengths: dict[str, int] | None = None,
           scoring: str = "xtr",
           k_train: int = 128,
+          temperature: float = 1.0,
           seed: int = 0,
           log_every_steps: int = 100,
           pretrained_backbone: Callable[[], Any] | None = None) -> TrainState:
@@ -152,6 +157,8 @@ def train(model_dir: str = gin.REQUIRED,
     scoring: "xtr" trains with f_xtr (top-`k_train` in-batch token retrieval), "colbert" with
       f_colbert (sum of max, T5-ColBERT).
     k_train: in-batch retrieval depth of f_xtr (also used by the hit-rate metric).
+    temperature: divides the scores before the softmax. The paper's loss is the plain
+      cross-entropy over f scores in [-1, 1] (temperature 1); a smaller one sharpens it.
     pretrained_backbone: returns backbone params (e.g. `xtr.hf_weights.load_backbone`).
   """
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
@@ -173,7 +180,8 @@ def train(model_dir: str = gin.REQUIRED,
     if restored is not None:
       state = restored
       print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
-    train_step = make_train_step(model, optimizer, mesh, shardings, scoring, k_train, seed)
+    train_step = make_train_step(model, optimizer, mesh, shardings, scoring, k_train,
+                                 temperature, seed)
     state = _loop(state, train_step, iterator, mesh, checkpointer, model_dir, num_steps,
                   log_every_steps)
   checkpointer.close()
