@@ -77,13 +77,15 @@ def pairs_dataset(split: str, shuffle_files: bool, seed: int | None = None) -> t
       {"query_index": pairs[:, 0], "positive_index": pairs[:, 1]})
 
 
-# Picks a negative for a query: (pairs, query_index [] int64, seed [2] int64 stateless seed)
-# -> corpus index [] int64 that is not one of the query's positives.
-NegativeSampler = Callable[[BeirPairs, tf.Tensor, tf.Tensor], tf.Tensor]
+# Draws a negative for a query: (query_index [] int64, seed [2] int64 stateless seed) -> corpus
+# index [] int64 that is not one of the query's positives. A NegativeSampler prepares one for
+# the pairs (once, in numpy); the draw itself runs in TF inside tf.data.
+Sample = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+NegativeSampler = Callable[[BeirPairs], Sample]
 
 
-def uniform_negative(data: BeirPairs, query_index: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-  """A corpus document drawn uniformly from those that are not positives of the query.
+def uniform_negative(data: BeirPairs) -> Sample:
+  """Draws a corpus document uniformly from those that are not positives of the query.
 
   Draws r in [0, N - k) for the query's k positives p_0 < ... < p_{k-1}; the r-th non-positive
   is r + #{i : p_i - i <= r} (p_i - i counts the non-positives before p_i).
@@ -92,18 +94,22 @@ def uniform_negative(data: BeirPairs, query_index: tf.Tensor, seed: tf.Tensor) -
   starts = np.searchsorted(by_query[:, 0], np.arange(len(data.queries) + 1))
   if np.diff(starts).max() >= len(data.docs):
     raise ValueError("A query has every corpus document as a positive: no negative to sample.")
-  start, end = tf.gather(starts, query_index), tf.gather(starts, query_index + 1)
-  positives = tf.constant(by_query[:, 1])[start:end]
-  r = tf.random.stateless_uniform([], seed, minval=0, maxval=len(data.docs) - (end - start),
-                                  dtype=tf.int64)
-  below = positives - tf.range(end - start) <= r
-  return r + tf.reduce_sum(tf.cast(below, tf.int64))
+
+  def sample(query_index: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    start, end = tf.gather(starts, query_index), tf.gather(starts, query_index + 1)
+    positives = tf.constant(by_query[:, 1])[start:end]
+    r = tf.random.stateless_uniform([], seed, minval=0, maxval=len(data.docs) - (end - start),
+                                    dtype=tf.int64)
+    below = positives - tf.range(end - start) <= r
+    return r + tf.reduce_sum(tf.cast(below, tf.int64))
+
+  return sample
 
 
 @gin.configurable
-def bm25_negative(data: BeirPairs, query_index: tf.Tensor, seed: tf.Tensor, depth: int = 100,
-                  cache_dir: str = "~/.cache/xtr/bm25") -> tf.Tensor:
-  """A BM25 hard negative: drawn uniformly from the query's top-`depth` BM25 documents
+def bm25_negative(data: BeirPairs, depth: int = 100,
+                  cache_dir: str = "~/.cache/xtr/bm25") -> Sample:
+  """Draws a BM25 hard negative uniformly from the query's top-`depth` BM25 documents
   (`bm25_top_docs`, mined once and cached in `cache_dir`) that are neither positives of the query
   nor unmatched (score 0).
 
@@ -121,9 +127,14 @@ def bm25_negative(data: BeirPairs, query_index: tf.Tensor, seed: tf.Tensor, dept
     raise ValueError(f"Query {query!r}: its top-{depth} BM25 documents are all positives or "
                      "unmatched; no negative to sample.")
   starts = np.concatenate([[0], np.cumsum(counts)])
-  r = tf.random.stateless_uniform([], seed, minval=0, maxval=tf.gather(counts, query_index),
-                                  dtype=tf.int64)
-  return tf.gather(top[candidate], tf.gather(starts, query_index) + r)
+  candidates = top[candidate]
+
+  def sample(query_index: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    r = tf.random.stateless_uniform([], seed, minval=0, maxval=tf.gather(counts, query_index),
+                                    dtype=tf.int64)
+    return tf.gather(candidates, tf.gather(starts, query_index) + r)
+
+  return sample
 
 
 def bm25_top_docs(data: BeirPairs, depth: int, cache_dir: str) -> np.ndarray:
@@ -169,10 +180,11 @@ def to_triples(dataset: tf.data.Dataset,
   """
   data = load_pairs()
   queries, docs = tf.constant(data.queries), tf.constant(data.docs)
+  sample_negative = negative_sampler(data)
 
   @seqio.map_over_dataset(num_seeds=1)
   def triple(example: Mapping[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
-    negative = negative_sampler(data, example["query_index"], seed)
+    negative = sample_negative(example["query_index"], seed)
     return {"query": tf.gather(queries, example["query_index"]),
             "positive": tf.gather(docs, example["positive_index"]),
             "negative": tf.gather(docs, negative)}

@@ -124,8 +124,7 @@ def test_bm25_top_docs_are_mined_once_and_cached(scifact_train, tmp_path, monkey
 
 def test_bm25_negative_is_a_seeded_uniform_draw_of_the_candidates(scifact_train, tmp_path):
   candidates = _candidates(scifact_train, beir.bm25_top_docs(scifact_train, 20, tmp_path))
-  sample = tf.function(lambda query, seed: beir.bm25_negative(
-      scifact_train, query, seed, depth=20, cache_dir=tmp_path))  # traced once, like in tf.data
+  sample = tf.function(beir.bm25_negative(scifact_train, depth=20, cache_dir=tmp_path))
   for query in (0, 1, 2, int(np.argmin([len(c) for c in candidates]))):
     drawn = []
     for s in range(100):
@@ -163,5 +162,4 @@ def test_bm25_negative_without_candidates_names_the_query(tmp_path):
   data = beir.BeirPairs(queries=("cat mat", "quantum"), docs=DOCS,
                         pairs=np.array([[0, 0], [1, 3]], np.int64))
   with pytest.raises(ValueError, match="'quantum': its top-5 BM25 documents are all positives"):
-    beir.bm25_negative(data, tf.constant(0, tf.int64), tf.constant([0, 0], tf.int64), depth=5,
-                       cache_dir=tmp_path)
+    beir.bm25_negative(data, depth=5, cache_dir=tmp_path)

@@ -118,3 +118,35 @@ def test_smoke_run_lowers_the_loss(tmp_path):
   assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.1, losses
   assert list((tmp_path).glob("events.out.tfevents.*")), "no TensorBoard event file"
   assert _steps(tmp_path) == [50, 60]
+
+
+def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_path, t5_spm_path):
+  """`pretrained_backbone` loads HF weights into the model; num_steps = 0 saves them as is."""
+  import gin  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from xtr import encoding, hf_weights  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  hf_config = transformers.T5Config(vocab_size=32128, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                                    num_heads=4, feed_forward_proj="gated-gelu")
+  transformers.T5EncoderModel(hf_config).save_pretrained(tmp_path / "hf")
+  gin.clear_config()
+  gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke.gin")], [
+      f"MODEL_DIR = '{tmp_path / 'model'}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+      f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 0",
+      f"""from __gin__ import dynamic_registration
+      from xtr import hf_weights
+      from xtr import t5
+      from xtr import trainer
+      trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
+      hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
+      hf_weights.load_t5_backbone.config = @t5.T5Config()"""])
+  try:
+    trainer.train()
+  finally:
+    gin.clear_config()
+  saved = encoding.load_params(str(tmp_path / "model"))
+  expected = hf_weights.t5_params_from_hf(hf_weights.read_safetensors(tmp_path / "hf"),
+                                          hf_weights.t5_config_from_hf(hf_config.to_dict()))
+  jax.tree.map(np.testing.assert_array_equal, saved["backbone"], expected)
+  assert saved["projection"]["kernel"].shape == (64, 128)

@@ -70,10 +70,7 @@ class Encoder:
     self.batch_size = batch_size
     self.fingerprint = fingerprint(params)
     self._apply = jax.jit(lambda p, ids: model.apply({"params": p}, ids))
-
-  @property
-  def dim(self) -> int:
-    return self.model.embed_dim
+    self.dim = jax.eval_shape(self._apply, params, jnp.ones((1, 1), jnp.int32))[0].shape[-1]
 
   def encode(self, texts: Sequence[str], max_length: int,
              progress: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -11,10 +11,11 @@ class XTREncoder(nn.Module):
   Attributes:
     backbone: a module mapping (input_ids [B, L], input_mask [B, L], deterministic) to hidden
       states [B, L, H] (`xtr.t5.T5Encoder` or `xtr.bert.BertEncoder`).
-    embed_dim: size D of the token vectors (128 in the paper).
+    embed_dim: size D of the token vectors (128 in the paper); None keeps the backbone's hidden
+      states (no projection), e.g. to score with a pretrained encoder's raw token vectors.
   """
   backbone: nn.Module
-  embed_dim: int = 128
+  embed_dim: int | None = 128
 
   @nn.compact
   def __call__(self, input_ids: jnp.ndarray, deterministic: bool = True):
@@ -23,15 +24,16 @@ class XTREncoder(nn.Module):
     Padding positions (id 0) are masked out and their vectors are zero.
     """
     mask = input_ids != PAD_ID
-    hidden = self.backbone(input_ids, mask, deterministic=deterministic)
-    projection = nn.Dense(
-        self.embed_dim,
-        use_bias=False,
-        dtype=hidden.dtype,
-        kernel_init=nn.with_logical_partitioning(
-            nn.initializers.lecun_normal(), ("embed", "token_vector")),
-        name="projection")
-    vectors = projection(hidden).astype(jnp.float32)
+    vectors = self.backbone(input_ids, mask, deterministic=deterministic)
+    if self.embed_dim is not None:
+      vectors = nn.Dense(
+          self.embed_dim,
+          use_bias=False,
+          dtype=vectors.dtype,
+          kernel_init=nn.with_logical_partitioning(
+              nn.initializers.lecun_normal(), ("embed", "token_vector")),
+          name="projection")(vectors)
+    vectors = vectors.astype(jnp.float32)
     norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
     vectors = vectors / jnp.maximum(norm, 1e-6)
     return vectors * mask[..., None], mask

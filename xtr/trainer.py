@@ -72,11 +72,11 @@ def loss_and_metrics(params: Any, batch: dict[str, jax.Array], model: nn.Module,
 
 
 def init_state(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
-               rng: jax.Array, pretrained_backbone: Callable[[], Any] | None = None):
+               rng: jax.Array, pretrained_backbone: Any | None = None):
   """Initializes a sharded TrainState; returns (state, its shardings).
 
   Parameters are created directly in their shardings (logical axis rules); with
-  `pretrained_backbone`, the backbone's parameters are replaced by the loaded ones.
+  `pretrained_backbone` (a parameter tree), the backbone's parameters are replaced by it.
   """
   init = lambda r: model.init(r, jnp.ones((1, 8), jnp.int32))["params"]
   boxed = jax.eval_shape(init, rng)
@@ -85,7 +85,7 @@ def init_state(model: nn.Module, optimizer: optax.GradientTransformation, mesh: 
   if pretrained_backbone is not None:
     params = dict(params)
     params["backbone"] = jax.device_put(
-        _checked_like(pretrained_backbone(), params["backbone"]), param_shardings["backbone"])
+        _checked_like(pretrained_backbone, params["backbone"]), param_shardings["backbone"])
   opt_shardings = partitioning.opt_state_shardings(
       jax.eval_shape(optimizer.init, params), params, param_shardings, mesh)
   opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
@@ -170,9 +170,9 @@ def train(model_dir: str = gin.REQUIRED,
       task_name, vocabulary, lengths, batch_size // jax.process_count(), seed,
       shard_id=jax.process_index(), num_shards=jax.process_count()))
   optimizer = optimizers.make_optimizer()
+  pretrained = pretrained_backbone() if pretrained_backbone is not None else None
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
-    state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed),
-                                  pretrained_backbone)
+    state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
     checkpointer = checkpoints.Checkpointer(model_dir)
     abstract = jax.tree.map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
@@ -182,6 +182,8 @@ def train(model_dir: str = gin.REQUIRED,
       print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
     train_step = make_train_step(model, optimizer, mesh, shardings, scoring, k_train,
                                  temperature, seed)
+    if num_steps == 0:  # Saves the initial (e.g. pretrained, untuned) model, to export it.
+      checkpointer.maybe_save(0, state, iterator, force=True)
     state = _loop(state, train_step, iterator, mesh, checkpointer, model_dir, num_steps,
                   log_every_steps)
   checkpointer.close()
