@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-tpu test smoke
+.PHONY: setup setup-tpu test smoke demo
 setup: $(STAMP)
 
 $(STAMP): setup.py
@@ -16,6 +16,9 @@ $(STAMP): setup.py
 
 test: setup
 	$(PY) -m pytest -q tests
+
+demo: setup
+	$(VENV)/bin/xtr-demo --gin_file=gin/runs/demo.gin
 
 smoke: setup
 	rm -rf runs/smoke

@@ -39,6 +39,7 @@ setuptools.setup(
             "xtr-export=xtr.export:console_entry_point",
             "xtr-search=xtr.search:console_entry_point",
             "xtr-eval-beir=xtr.eval_beir:console_entry_point",
+            "xtr-demo=xtr.demo:console_entry_point",
         ],
     },
 )

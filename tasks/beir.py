@@ -49,12 +49,7 @@ def load_pairs(data_dir: str = gin.REQUIRED, split: str = "train") -> BeirPairs:
 
 @functools.lru_cache(maxsize=1)
 def _load_pairs(data_dir: str, split: str) -> BeirPairs:
-  corpus = beir_files.read_jsonl(
-      beir_files.resolve(data_dir, "corpus.jsonl"), beir_files.document_text)
-  queries = beir_files.read_jsonl(
-      beir_files.resolve(data_dir, "queries.jsonl"), beir_files.query_text)
-  qrels_path = beir_files.resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
-  qrels = beir_files.read_qrels(qrels_path, queries, corpus)
+  corpus, queries, qrels, qrels_path = beir_files.read_split(data_dir, split)
   doc_index = {doc_id: i for i, doc_id in enumerate(corpus)}
   query_ids = [query_id for query_id, docs in qrels.items() if any(s > 0 for s in docs.values())]
   if not query_ids:

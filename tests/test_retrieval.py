@@ -52,7 +52,8 @@ def _random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path) -> None:
   """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would."""
   gin.clear_config()
   gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
-                                      [f"T5_SPM_PATH = '{t5_spm_path}'", "_gin_model.model = %MODEL"])
+                                      [f"T5_SPM_PATH = '{t5_spm_path}'",
+                                       "_gin_model.model = %MODEL"])
   model = _gin_model()
   params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])
   checkpointer = checkpoints.Checkpointer(str(model_dir))
@@ -142,8 +143,8 @@ def test_eval_beir_cli_reports_metrics_equal_to_pytrec_eval(exported, scifact_sl
   import pytrec_eval  # pylint: disable=g-import-not-at-top
   run = evaluation.read_trec_run(str(run_file))
   expected = pytrec_eval.RelevanceEvaluator(data.qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
-  assert report["ndcg@10"] == pytest.approx(np.mean([v["ndcg_cut_10"] for v in expected.values()]))
-  assert report["recall@100"] == pytest.approx(np.mean([v["recall_100"] for v in expected.values()]))
+  for name, measure in (("ndcg@10", "ndcg_cut_10"), ("recall@100", "recall_100")):
+    assert report[name] == pytest.approx(np.mean([v[measure] for v in expected.values()]))
   assert f"nDCG@10 {report['ndcg@10']:.4f}" in process.stdout
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 import gzip
 import json
 import os
+import random
 from typing import TextIO
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
@@ -97,3 +98,40 @@ def read_qrels(path: str, queries: Mapping[str, str],
       except ValueError:
         raise ValueError(f"{where}: score {score!r} is not an integer") from None
   return qrels
+
+
+def carve_dev_split(data_dir: str, out_dir: str, split: str = "train", fraction: float = 0.2,
+                    seed: int = 0) -> None:
+  """Writes a BEIR dir whose qrels/train.tsv and qrels/dev.tsv split `split`'s queries.
+
+  A seeded `fraction` of the queries of `data_dir`'s qrels/{split}.tsv (all their rows) go to
+  dev, the rest to train, so that a recipe can be tuned without touching the test split.
+  corpus.jsonl and queries.jsonl are linked, not copied.
+  """
+  source = resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
+  with open_text(source) as f:
+    header, *rows = f.read().splitlines()
+  query_ids = sorted({row.split("\t")[0] for row in rows})
+  rng = random.Random(seed)
+  dev = set(rng.sample(query_ids, round(fraction * len(query_ids))))
+  os.makedirs(os.path.join(out_dir, "qrels"), exist_ok=True)
+  for name in ("corpus.jsonl", "queries.jsonl"):
+    path = resolve(data_dir, name)
+    link = os.path.join(out_dir, os.path.basename(path))
+    if not os.path.exists(link):
+      os.symlink(os.path.abspath(path), link)
+  for name, keep in (("train", lambda q: q not in dev), ("dev", lambda q: q in dev)):
+    lines = [header, *(row for row in rows if keep(row.split("\t")[0]))]
+    with open(os.path.join(out_dir, "qrels", f"{name}.tsv"), "w", encoding="utf-8") as f:
+      f.write("\n".join(lines) + "\n")
+
+
+def read_split(data_dir: str, split: str) -> tuple[dict[str, str], dict[str, str],
+                                                   dict[str, dict[str, int]], str]:
+  """(corpus {id: document_text}, queries {id: text}, qrels {query id: {doc id: score}}, the
+  qrels path) of `data_dir`'s corpus, queries and qrels/{split}.tsv, each validated."""
+  corpus = read_jsonl(resolve(data_dir, "corpus.jsonl"), document_text)
+  queries = read_jsonl(resolve(data_dir, "queries.jsonl"), query_text)
+  qrels_path = resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
+  return corpus, queries, read_qrels(qrels_path, queries, corpus), qrels_path
+

@@ -18,14 +18,15 @@ from xtr import cli
 from xtr import evaluation
 from xtr import retrieval
 
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "BEIR-layout dataset directory.",
-                                required=True)
-_SPLIT = flags.DEFINE_string("split", "test", "qrels split to evaluate (qrels/{split}.tsv).")
-_INDEX = flags.DEFINE_string("index", None, "Token index of the dataset's corpus.", required=True)
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "The checkpoint the index was built with.",
-                                  required=True)
-_OUT = flags.DEFINE_string("out", None, "Results JSON to write.", required=True)
-_RUN_FILE = flags.DEFINE_string("run_file", None, "Also write the ranking as a TREC run file.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "BEIR-layout dataset directory.")
+_SPLIT = flags.DEFINE_string("split", "test",
+                             "qrels split to evaluate (qrels/{split}.tsv).")
+_INDEX = flags.DEFINE_string("index", None, "Token index of the dataset's corpus.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None,
+                                  "The checkpoint the index was built with.")
+_OUT = flags.DEFINE_string("out", None, "Results JSON to write.")
+_RUN_FILE = flags.DEFINE_string("run_file", None,
+                                "Also write the ranking as a TREC run file.")
 _SEARCH_CONFIG = cli.define_search_flags()
 
 
@@ -79,6 +80,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry_point() -> None:
+  flags.mark_flags_as_required(["data_dir", "index", "checkpoint", "out"])
   app.run(main)
 
 

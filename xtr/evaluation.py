@@ -61,12 +61,7 @@ def load_beir(data_dir: str = gin.REQUIRED, split: str = "test") -> BeirData:
       query-id / corpus-id that is not in queries.jsonl / corpus.jsonl; or if the qrels are empty.
   """
   data_dir = os.fspath(data_dir)
-  corpus = beir_files.read_jsonl(
-      beir_files.resolve(data_dir, "corpus.jsonl"), beir_files.document_text)
-  queries = beir_files.read_jsonl(
-      beir_files.resolve(data_dir, "queries.jsonl"), beir_files.query_text)
-  qrels_path = beir_files.resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
-  qrels = beir_files.read_qrels(qrels_path, queries, corpus)
+  corpus, queries, qrels, qrels_path = beir_files.read_split(data_dir, split)
   if not qrels:
     raise ValueError(f"{qrels_path}: no qrels rows")
   unjudged = len(queries) - len(qrels)

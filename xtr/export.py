@@ -23,11 +23,10 @@ from xtr import cli
 from xtr import encoding
 from xtr import index as index_lib
 
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "xtr-train model dir or checkpoint step dir.",
-                                  required=True)
-_CORPUS = flags.DEFINE_string("corpus", None, "BEIR corpus.jsonl ({_id, title, text} lines).",
-                              required=True)
-_OUT = flags.DEFINE_string("out", None, "Index directory to write.", required=True)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None,
+                                  "xtr-train model dir or checkpoint step dir.")
+_CORPUS = flags.DEFINE_string("corpus", None, "BEIR corpus.jsonl(.gz) ({_id, title, text}).")
+_OUT = flags.DEFINE_string("out", None, "Index directory to write.")
 _DTYPE = flags.DEFINE_enum("dtype", "float16", index_lib.DTYPES, "Stored token vector dtype.")
 _DOCS_PER_CHUNK = flags.DEFINE_integer("docs_per_chunk", 1000, "Documents per saved chunk.")
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards.")
@@ -88,6 +87,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry_point() -> None:
+  flags.mark_flags_as_required(["checkpoint", "corpus", "out"])
   app.run(main)
 
 

@@ -63,7 +63,7 @@ def search(encoder: encoding.Encoder, token_index: index_lib.TokenIndex,
     start = time.perf_counter()
     doc_index, scores = _rank_one(token_index, vectors, mask, config)
     latency_ms.append(1000 * (time.perf_counter() - start))
-    rankings.append(_named(token_index, doc_index, scores))
+    rankings.append(_named(token_index.doc_ids, doc_index, scores))
   return Results(rankings, np.asarray(latency_ms))
 
 
@@ -90,22 +90,28 @@ def _rank_one(token_index: index_lib.TokenIndex, q: np.ndarray, q_mask: np.ndarr
 
 def _exact(token_index: index_lib.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
            config: SearchConfig) -> Results:
-  """Exact MaxSim of every query against every document (all of them in memory)."""
+  """Exact MaxSim of every query against every document of the index (all in memory)."""
   docs = token_index.doc_vectors(range(token_index.num_docs))
+  return exact_search(token_index.doc_ids, docs, q, q_mask, config.top_k)
+
+
+def exact_search(doc_ids: Sequence[str], docs: Sequence[np.ndarray], q: np.ndarray,
+                 q_mask: np.ndarray, top_k: int) -> Results:
+  """Exact MaxSim top_k of queries (q [Q, n, D], q_mask [Q, n]) over docs ([len_i, D] each)."""
   length = max(len(d) for d in docs)
-  doc_vectors = np.zeros((len(docs), length, token_index.dim), np.float32)
+  doc_vectors = np.zeros((len(docs), length, q.shape[-1]), np.float32)
   doc_mask = np.zeros((len(docs), length), bool)
   for i, d in enumerate(docs):
     doc_vectors[i, :len(d)], doc_mask[i, :len(d)] = d, True
-  scoring_lib.exact_maxsim(q, q_mask, doc_vectors[:1], doc_mask[:1], config.top_k)  # Compiles.
+  scoring_lib.exact_maxsim(q, q_mask, doc_vectors[:1], doc_mask[:1], top_k)  # Compiles.
   start = time.perf_counter()
-  doc_index, scores = scoring_lib.exact_maxsim(q, q_mask, doc_vectors, doc_mask, config.top_k)
+  doc_index, scores = scoring_lib.exact_maxsim(q, q_mask, doc_vectors, doc_mask, top_k)
   per_query = 1000 * (time.perf_counter() - start) / len(q)
-  rankings = [_named(token_index, np.asarray(d), np.asarray(s)) for d, s in zip(doc_index, scores)]
+  rankings = [_named(doc_ids, np.asarray(d), np.asarray(s)) for d, s in zip(doc_index, scores)]
   return Results(rankings, np.full(len(q), per_query))
 
 
-def _named(token_index: index_lib.TokenIndex, doc_index: np.ndarray,
+def _named(doc_ids: Sequence[str], doc_index: np.ndarray,
            scores: np.ndarray) -> list[tuple[str, float]]:
   """Drops padding (-1) and maps doc indices to corpus ids."""
-  return [(token_index.doc_ids[d], float(s)) for d, s in zip(doc_index, scores) if d >= 0]
+  return [(doc_ids[d], float(s)) for d, s in zip(doc_index, scores) if d >= 0]

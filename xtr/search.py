@@ -21,11 +21,11 @@ from xtr import cli
 from xtr import evaluation
 from xtr import retrieval
 
-_INDEX = flags.DEFINE_string("index", None, "Token index directory (xtr-export --out).",
-                             required=True)
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "The checkpoint the index was built with.",
-                                  required=True)
-_QUERIES = flags.DEFINE_string("queries", "-", "Queries file (.jsonl, .tsv, text), - = stdin.")
+_INDEX = flags.DEFINE_string("index", None, "Token index directory (xtr-export --out).")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None,
+                                  "The checkpoint the index was built with.")
+_QUERIES = flags.DEFINE_string("queries", "-",
+                                "Queries file (.jsonl, .tsv, text), - = stdin.")
 _OUT = flags.DEFINE_string("out", "-", "Output file, - = stdout.")
 _FORMAT = flags.DEFINE_enum("format", "jsonl", ("jsonl", "trec"), "Output format.")
 _SEARCH_CONFIG = cli.define_search_flags()
@@ -76,6 +76,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry_point() -> None:
+  flags.mark_flags_as_required(["index", "checkpoint"])
   app.run(main)
 
 
