@@ -40,6 +40,7 @@ setuptools.setup(
             "xtr-search=xtr.search:console_entry_point",
             "xtr-eval-beir=xtr.eval_beir:console_entry_point",
             "xtr-demo=xtr.demo:console_entry_point",
+            "xtr-analyze-tokens=xtr.token_analysis:console_entry_point",
         ],
     },
 )

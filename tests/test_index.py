@@ -51,14 +51,19 @@ def _files(root) -> dict[str, bytes]:
 
 
 def _numpy_search(queries, docs, k):
-  """Reference exact search: stable sort of all tokens by descending dot product."""
+  """Reference exact search: stable sort of all tokens by descending dot product.
+
+  Returns (scores, doc index, position of the token in its doc), padded with -inf / -1 / -1.
+  """
   tokens = np.concatenate(docs)
-  token_doc = np.repeat(np.arange(len(docs)), [len(d) for d in docs])
+  token_doc = np.concatenate([np.full(len(d), i) for i, d in enumerate(docs)])
+  token_position = np.concatenate([np.arange(len(d)) for d in docs])
   scores = (queries.astype(np.float64) @ tokens.astype(np.float64).T).astype(np.float32)
   order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
   pad = ((0, 0), (0, max(0, k - tokens.shape[0])))
   return (np.pad(np.take_along_axis(scores, order, 1), pad, constant_values=-np.inf),
-          np.pad(token_doc[order], pad, constant_values=-1))
+          np.pad(token_doc[order], pad, constant_values=-1),
+          np.pad(token_position[order], pad, constant_values=-1))
 
 
 def _clustered(num: int, seed: int, dim=128, num_centers=200, noise=0.5) -> np.ndarray:
@@ -92,11 +97,10 @@ def test_bruteforce_equals_numpy(tmp_path, dtype):
   docs = _integer_docs(3000)  # ~16.5k tokens: two exact-search blocks, blocks span chunks.
   _export(tmp_path, _ids(len(docs)), docs, docs_per_chunk=700, dtype=dtype)
   queries = np.random.default_rng(1).integers(-8, 9, (50, 32)).astype(np.float32)
-  scores, doc_index = index.open_index(str(tmp_path)).search(queries, 300, "bruteforce")
-  expected_scores, expected_docs = _numpy_search(queries, docs, 300)
-  np.testing.assert_array_equal(scores, expected_scores)
-  np.testing.assert_array_equal(doc_index, expected_docs)
-  assert scores.dtype == np.float32 and doc_index.dtype == np.int32
+  got = index.open_index(str(tmp_path)).search_tokens(queries, 300, "bruteforce")
+  for got_array, expected in zip(got, _numpy_search(queries, docs, 300)):
+    np.testing.assert_array_equal(got_array, expected)
+  assert [a.dtype for a in got] == [np.float32, np.int32, np.int32]
 
 
 @pytest.mark.parametrize("searcher", ["scann", "bruteforce"])
@@ -164,17 +168,19 @@ def test_fan_out_over_shards_equals_single_index(tmp_path):
   rng = np.random.default_rng(1)
   queries = rng.integers(-8, 9, (20, 32)).astype(np.float32)
   for k_prime in (7, 200):
-    for got, expected in zip(sharded.search(queries, k_prime, "bruteforce"),
-                             single.search(queries, k_prime, "bruteforce")):
+    for got, expected in zip(sharded.search_tokens(queries, k_prime, "bruteforce"),
+                             _numpy_search(queries, docs, k_prime)):
       np.testing.assert_array_equal(got, expected)
   for got, expected in zip(sharded.doc_vectors(range(23)), docs):
     np.testing.assert_array_equal(got, expected)
   # ScaNN: a query equal to a document token (|q|^2 ~ 700 vs |q.d| ~ 100) finds its doc first.
   tokens = np.concatenate(docs)
   token_docs = np.repeat(np.arange(23), [len(d) for d in docs])
+  token_positions = np.concatenate([np.arange(len(d)) for d in docs])
   picks = rng.choice(len(tokens), 30, replace=False)
-  _, doc_index = sharded.search(tokens[picks], 5, "scann")
+  _, doc_index, position = sharded.search_tokens(tokens[picks], 5, "scann")
   np.testing.assert_array_equal(doc_index[:, 0], token_docs[picks])
+  np.testing.assert_array_equal(position[:, 0], token_positions[picks])
 
 
 _KILLED_EXPORT = """

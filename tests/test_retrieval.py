@@ -17,6 +17,7 @@ from xtr import evaluation
 from xtr import export
 from xtr import index as index_lib
 from xtr import retrieval
+from xtr import vocabularies
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NUM_QUERIES = 12
@@ -169,6 +170,45 @@ def test_search_cli_reads_stdin_and_writes_jsonl(exported):
   assert all(len(line["results"]) == 5 for line in lines)
   scores = [r["score"] for r in lines[0]["results"]]
   assert scores == sorted(scores, reverse=True)
+
+
+def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_slice, tmp_path):
+  """xtr-analyze-tokens (exact token search) against a sort of every corpus token, by loops."""
+  data, token_index, _ = _search(exported, scifact_slice, retrieval.SearchConfig())
+  encoder = encoding.Encoder(encoding.load_params(str(exported[0])))
+  k = 50
+  process = subprocess.run(
+      [sys.executable, "-m", "xtr.token_analysis", f"--data_dir={scifact_slice}",
+       f"--index={exported[1]}", f"--checkpoint={exported[0]}", f"--k={k}", "--searcher=bruteforce",
+       "--label=tiny", f"--out={tmp_path / 'tiny.json'}", f"--plot={tmp_path / 'tokens.png'}"],
+      capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""})
+  assert process.returncode == 0, process.stderr
+  result = json.loads((tmp_path / "tiny.json").read_text())
+  assert (tmp_path / "tokens.png").read_bytes()[:4] == b"\x89PNG"
+  vocab = encoder.vocabulary
+  eos = vocab.eos_id
+  doc_vectors = token_index.doc_vectors(range(token_index.num_docs))
+  doc_ids = [vocabularies.encode_batch(vocab, [text], encoder.doc_max_length)[0]
+             for text in data.docs]
+  all_tokens = [(d, p) for d, v in enumerate(doc_vectors) for p in range(len(v))]
+  gold, lexical, num_tokens = np.zeros(k), np.zeros(k), 0
+  for query_id, query in zip(data.query_ids, data.queries):
+    vectors, mask = encoder.encode_queries([query])
+    ids = vocabularies.encode_batch(vocab, [query], encoder.query_max_length)[0]
+    relevant = {data.doc_ids.index(d) for d, rel in data.qrels[query_id].items() if rel > 0}
+    for i in range(mask.shape[1]):
+      if not mask[0, i] or ids[i] == eos:
+        continue
+      num_tokens += 1
+      scores = [float(vectors[0, i] @ doc_vectors[d][p]) for d, p in all_tokens]
+      for rank, t in enumerate(np.argsort(-np.asarray(scores), kind="stable")[:k]):
+        d, p = all_tokens[t]
+        gold[rank] += d in relevant
+        lexical[rank] += doc_ids[d][p] == ids[i]
+  assert result["num_query_tokens"] == num_tokens
+  np.testing.assert_allclose(result["gold"], gold / num_tokens, atol=1e-12)
+  np.testing.assert_allclose(result["lexical"], lexical / num_tokens, atol=1e-12)
+  assert max(result["lexical"]) > 0  # Same-token matches happen, so the check above has teeth.
 
 
 def test_export_shards_split_the_corpus():

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from absl import logging
 import gin
@@ -202,13 +202,13 @@ def _check_token(name: str, value: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str) -> Iterator[TextIO]:
-  """A text file that replaces `path` when the block ends; if the block raises, `path` is untouched
-  and the temporary file is removed."""
+def atomic_open(path: str, mode: str = "w") -> Iterator[TextIO | BinaryIO]:
+  """A file ("w": UTF-8 text, "wb": binary) that replaces `path` when the block ends; if the block
+  raises, `path` is untouched and the temporary file is removed."""
   path = os.fspath(path)
   temp_path = f"{path}.tmp-{os.getpid()}"
   try:
-    with open(temp_path, "w", encoding="utf-8") as f:
+    with open(temp_path, mode, encoding=None if "b" in mode else "utf-8") as f:
       yield f
       f.flush()
       os.fsync(f.fileno())

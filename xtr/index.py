@@ -331,8 +331,8 @@ class IndexWriter:
 
 
 @functools.partial(jax.jit, static_argnames="k")
-def _merge_block(top_scores: jax.Array, top_docs: jax.Array, queries: jax.Array,
-                 vectors: jax.Array, docs: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+def _merge_block(top_scores: jax.Array, top_tokens: jax.Array, queries: jax.Array,
+                 vectors: jax.Array, tokens: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   """Scores a block of document tokens and merges it into the running top-k of each query token.
 
   On equal scores, earlier tokens win (lax.top_k keeps the lower index; the running top-k comes
@@ -340,20 +340,20 @@ def _merge_block(top_scores: jax.Array, top_docs: jax.Array, queries: jax.Array,
 
   Args:
     top_scores: [Q, k] float32 best scores so far, descending (-inf = none yet).
-    top_docs: [Q, k] int32 doc index of each (-1 = none yet).
+    top_tokens: [Q, k] int32 token index of each (-1 = none yet).
     queries: [Q, D] float32.
     vectors: [T_b, D] float32|float16 document tokens, in token order.
-    docs: [T_b] int32 doc index of each token; -1 marks padding.
+    tokens: [T_b] int32 token index of each; -1 marks padding.
     k: number of tokens to keep.
 
   Returns:
-    The merged (top_scores, top_docs).
+    The merged (top_scores, top_tokens).
   """
   scores = jnp.dot(queries, vectors.astype(jnp.float32).T, precision=jax.lax.Precision.HIGHEST)
-  scores = jnp.where(docs >= 0, scores, -jnp.inf)
-  block_scores, block_tokens = jax.lax.top_k(scores, min(k, vectors.shape[0]))
+  scores = jnp.where(tokens >= 0, scores, -jnp.inf)
+  block_scores, block_positions = jax.lax.top_k(scores, min(k, vectors.shape[0]))
   scores = jnp.concatenate([top_scores, block_scores], axis=1)
-  candidates = jnp.concatenate([top_docs, docs[block_tokens]], axis=1)
+  candidates = jnp.concatenate([top_tokens, tokens[block_positions]], axis=1)
   top_scores, positions = jax.lax.top_k(scores, k)
   return top_scores, jnp.take_along_axis(candidates, positions, axis=1)
 
@@ -405,13 +405,10 @@ class _Shard:
       raise ValueError(f"{path}: {len(doc_ids)} doc ids, expected {self.num_docs}")
     return doc_ids
 
-  def _open_chunk(self, chunk: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """-> (vectors [T_c, D], doc_index [T_c] int32), memory-mapped."""
-    vectors = _load_npy(os.path.join(self.path, chunk["file"]), (chunk["num_tokens"], self.dim),
-                        self.manifest["dtype"])
-    doc_index = _load_npy(os.path.join(self.path, chunk["doc_index_file"]),
-                          (chunk["num_tokens"],), "int32")
-    return vectors, doc_index
+  def _open_chunk(self, chunk: dict[str, Any]) -> np.ndarray:
+    """-> the chunk's token vectors [T_c, D], memory-mapped."""
+    return _load_npy(os.path.join(self.path, chunk["file"]), (chunk["num_tokens"], self.dim),
+                     self.manifest["dtype"])
 
   def verify(self) -> None:
     """Checks the sha256 of every chunk, doc id and offset file against the manifest."""
@@ -426,10 +423,17 @@ class _Shard:
     chunk = doc // self.manifest["docs_per_chunk"]
     chunk_start = self.doc_offsets[chunk * self.manifest["docs_per_chunk"]]
     start, end = self.doc_offsets[doc] - chunk_start, self.doc_offsets[doc + 1] - chunk_start
-    return np.array(self._chunks[chunk][0][start:end], dtype=np.float32)
+    return np.array(self._chunks[chunk][start:end], dtype=np.float32)
+
+  def locate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token indices (-1 = none) -> (local doc index, position in that doc), -1 for none."""
+    docs = np.searchsorted(self.doc_offsets, tokens, side="right") - 1
+    positions = tokens - self.doc_offsets[np.maximum(docs, 0)]
+    return (np.where(tokens >= 0, docs, -1).astype(np.int32),
+            np.where(tokens >= 0, positions, -1).astype(np.int32))
 
   def search_scann(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """queries: [Q, D] float32 -> (scores [Q, k] float32, local doc index [Q, k] int32)."""
+    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none)."""
     if self._scann is None:
       self._scann = scann_ops_pybind.load_searcher(os.path.join(self.path, "scann"))
     reorder_k = self.manifest["scann"]["reorder_k"]
@@ -437,60 +441,62 @@ class _Shard:
         queries, final_num_neighbors=k,
         pre_reorder_num_neighbors=max(reorder_k, k) if reorder_k else None)
     missing = np.isnan(scores)  # ScaNN found fewer than k tokens.
-    docs = np.searchsorted(self.doc_offsets, tokens, side="right") - 1
     return (np.where(missing, -np.inf, scores).astype(np.float32),
-            np.where(missing, -1, docs).astype(np.int32))
+            np.where(missing, -1, tokens.astype(np.int64)))
 
   def search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """queries: [Q, D] float32 -> (scores [Q, k] float32, local doc index [Q, k] int32)."""
+    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none)."""
     blocks = _query_blocks(queries)
     top = [(jnp.full((len(b), k), -jnp.inf), jnp.full((len(b), k), -1, jnp.int32))
            for b in blocks]
-    for vectors, docs in self._token_blocks(min(_EXACT_TOKEN_BLOCK,
-                                                _next_power_of_2(self.num_tokens))):
-      vectors, docs = jnp.asarray(vectors), jnp.asarray(docs)
-      top = [_merge_block(*state, b, vectors, docs, k=k) for state, b in zip(top, blocks)]
+    for vectors, tokens in self._token_blocks(min(_EXACT_TOKEN_BLOCK,
+                                                  _next_power_of_2(self.num_tokens))):
+      vectors, tokens = jnp.asarray(vectors), jnp.asarray(tokens)
+      top = [_merge_block(*state, b, vectors, tokens, k=k) for state, b in zip(top, blocks)]
     scores = np.concatenate([np.asarray(s) for s, _ in top])[:len(queries)]
-    return scores, np.concatenate([np.asarray(d) for _, d in top])[:len(queries)]
+    return scores, np.concatenate([np.asarray(t) for _, t in top])[:len(queries)].astype(np.int64)
 
   def _token_blocks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yields (vectors [size, D], doc index [size]) over all tokens in order, across chunk
-    boundaries; the last block is padded with zero vectors of doc -1."""
-    vectors, docs, filled = [], [], 0
-    for chunk_vectors, chunk_docs in self._chunks:
+    """Yields (vectors [size, D], token index [size] int32) over all tokens in order, across
+    chunk boundaries; the last block is padded with zero vectors of token index -1."""
+    vectors, filled, offset = [], 0, 0
+    for chunk_vectors in self._chunks:
       start = 0
       while start < len(chunk_vectors):
         take = min(size - filled, len(chunk_vectors) - start)
         vectors.append(chunk_vectors[start:start + take])
-        docs.append(chunk_docs[start:start + take])
         filled, start = filled + take, start + take
         if filled == size:
-          yield np.concatenate(vectors), np.concatenate(docs)
-          vectors, docs, filled = [], [], 0
+          yield np.concatenate(vectors), np.arange(offset, offset + size, dtype=np.int32)
+          vectors, filled, offset = [], 0, offset + size
     if filled:
       vectors.append(np.zeros((size - filled, self.dim), self.manifest["dtype"]))
-      docs.append(np.full(size - filled, -1, np.int32))
-      yield np.concatenate(vectors), np.concatenate(docs)
+      tokens = np.arange(offset, offset + size, dtype=np.int32)
+      yield np.concatenate(vectors), np.where(np.arange(size) < filled, tokens, -1)
 
 
-def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray]], doc_starts: Sequence[int],
-                  k: int) -> tuple[np.ndarray, np.ndarray]:
+def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                  doc_starts: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Per query token, the top-k of the shards' top-k lists.
 
   Args:
-    results: per shard, (scores [Q, k] descending, local doc index [Q, k], -1 = none).
+    results: per shard, (scores [Q, k] descending, local doc index [Q, k], position of the token
+      in its doc [Q, k]), -1 = none.
     doc_starts: per shard, its first global doc index.
     k: entries to keep.
 
   Returns:
-    (scores [Q, k] float32, global doc index [Q, k] int32); ties keep shard order.
+    (scores [Q, k] float32, global doc index [Q, k] int32, position [Q, k] int32); ties keep
+    shard order.
   """
-  scores = np.concatenate([s for s, _ in results], axis=1)
-  docs = np.concatenate([np.where(d >= 0, d + start, -1) for (_, d), start in
+  scores = np.concatenate([s for s, _, _ in results], axis=1)
+  docs = np.concatenate([np.where(d >= 0, d + start, -1) for (_, d, _), start in
                          zip(results, doc_starts)], axis=1)
+  positions = np.concatenate([p for _, _, p in results], axis=1)
   order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
   return (np.take_along_axis(scores, order, axis=1),
-          np.take_along_axis(docs, order, axis=1).astype(np.int32))
+          np.take_along_axis(docs, order, axis=1).astype(np.int32),
+          np.take_along_axis(positions, order, axis=1))
 
 
 class TokenIndex:
@@ -525,6 +531,12 @@ class TokenIndex:
 
   def search(self, query_vectors: np.ndarray, k_prime: int,
              searcher: str = "scann") -> tuple[np.ndarray, np.ndarray]:
+    """(scores [Q, k'], doc_index [Q, k']) of `search_tokens` (which see)."""
+    scores, doc_index, _ = self.search_tokens(query_vectors, k_prime, searcher)
+    return scores, doc_index
+
+  def search_tokens(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann"
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Retrieves the top-k' document tokens of each query token by dot product.
 
     Args:
@@ -535,6 +547,7 @@ class TokenIndex:
     Returns:
       scores: [Q, k'] float32, descending; -inf where fewer than k' tokens were found.
       doc_index: [Q, k'] int32 global doc index of each retrieved token; -1 with score -inf.
+      position: [Q, k'] int32 position of each retrieved token in its document; -1 likewise.
     """
     queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
     if queries.ndim != 2 or queries.shape[1] != self.dim:
@@ -546,7 +559,8 @@ class TokenIndex:
     if searcher not in searchers:
       raise ValueError(f"searcher must be one of {list(searchers)}, got {searcher!r}")
     search = searchers[searcher]
-    results = [search(shard, queries, k_prime) for shard in self._shards]
+    results = [(scores, *shard.locate(tokens)) for shard in self._shards
+               for scores, tokens in [search(shard, queries, k_prime)]]
     return _merge_shards(results, self._doc_starts, k_prime)
 
 

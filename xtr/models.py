@@ -1,6 +1,9 @@
 """The XTR token encoder: backbone (T5 or BERT) -> Dense(128, no bias) -> L2-normalized tokens."""
+from typing import Any
+
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 PAD_ID = 0  # Padding id of every vocabulary xtr uses (T5 and BERT).
 
@@ -37,3 +40,24 @@ class XTREncoder(nn.Module):
     norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
     vectors = vectors / jnp.maximum(norm, 1e-6)
     return vectors * mask[..., None], mask
+
+
+def pca_projection(model: XTREncoder, backbone_params: Any, token_ids: list[np.ndarray]):
+  """A projection kernel [H, D] that keeps the most of the backbone's token geometry.
+
+  The kernel's columns are the top-D right singular vectors of the (uncentered) matrix of the
+  backbone's token vectors on `token_ids` (arrays [B, L] of ids): the D-dimensional subspace that
+  best preserves their dot products. Fine-tuning then starts from the pretrained MaxSim instead of
+  a random 128-d projection.
+  """
+  hidden = []
+  for ids in token_ids:
+    mask = ids != PAD_ID
+    states = model.backbone.apply({"params": backbone_params}, ids, mask, deterministic=True)
+    hidden.append(np.asarray(states, np.float32)[mask])
+  hidden = np.concatenate(hidden)  # [T, H]
+  if hidden.shape[0] < model.embed_dim:
+    raise ValueError(f"PCA of {model.embed_dim} dimensions needs at least as many tokens; "
+                     f"got {hidden.shape[0]}.")
+  _, _, vt = np.linalg.svd(hidden, full_matrices=False)
+  return vt[:model.embed_dim].T

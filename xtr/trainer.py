@@ -5,6 +5,7 @@ Data flows one way: batches of token ids -> token vectors (the model) -> in-batc
 Because the train step is jitted over global arrays sharded on the `data` mesh axis, the
 in-batch top-`k_train` of `f_xtr` runs over every document token of the global batch.
 """
+import itertools
 import time
 from typing import Any, Callable
 
@@ -21,8 +22,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from xtr import checkpoints
 from xtr import data
 from xtr import losses
+from xtr import models
 from xtr import optimizers
 from xtr import partitioning
+
+
+PCA_BATCHES = 4  # Training batches whose token vectors give the "pca" projection init.
 
 
 @flax.struct.dataclass
@@ -72,20 +77,21 @@ def loss_and_metrics(params: Any, batch: dict[str, jax.Array], model: nn.Module,
 
 
 def init_state(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
-               rng: jax.Array, pretrained_backbone: Any | None = None):
+               rng: jax.Array, pretrained: dict[str, Any] | None = None):
   """Initializes a sharded TrainState; returns (state, its shardings).
 
-  Parameters are created directly in their shardings (logical axis rules); with
-  `pretrained_backbone` (a parameter tree), the backbone's parameters are replaced by it.
+  Parameters are created directly in their shardings (logical axis rules); each entry of
+  `pretrained` (e.g. {"backbone": tree, "projection": {"kernel": [H, D]}}) replaces the
+  parameter subtree of that name.
   """
   init = lambda r: model.init(r, jnp.ones((1, 8), jnp.int32))["params"]
   boxed = jax.eval_shape(init, rng)
   param_shardings = partitioning.param_shardings(boxed, mesh)
   params = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=param_shardings)(rng)
-  if pretrained_backbone is not None:
-    params = dict(params)
-    params["backbone"] = jax.device_put(
-        _checked_like(pretrained_backbone, params["backbone"]), param_shardings["backbone"])
+  params = dict(params)
+  for name, subtree in (pretrained or {}).items():
+    params[name] = jax.device_put(
+        _checked_like(name, subtree, params[name]), param_shardings[name])
   opt_shardings = partitioning.opt_state_shardings(
       jax.eval_shape(optimizer.init, params), params, param_shardings, mesh)
   opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
@@ -96,15 +102,15 @@ def init_state(model: nn.Module, optimizer: optax.GradientTransformation, mesh: 
   return state, shardings
 
 
-def _checked_like(loaded: Any, reference: Any) -> Any:
+def _checked_like(name: str, loaded: Any, reference: Any) -> Any:
   """Checks that a loaded parameter tree has the structure and shapes of `reference`."""
   if jax.tree.structure(loaded) != jax.tree.structure(reference):
-    raise ValueError("The pretrained backbone's parameter tree does not match the model's: "
+    raise ValueError(f"The pretrained {name!r} parameter tree does not match the model's: "
                      f"{jax.tree.structure(loaded)} vs {jax.tree.structure(reference)}.")
   flat = jax.tree_util.tree_flatten_with_path(loaded)[0]
   for (path, x), ref in zip(flat, jax.tree.leaves(reference)):
     if x.shape != ref.shape:
-      raise ValueError(f"Pretrained parameter {jax.tree_util.keystr(path)} has shape "
+      raise ValueError(f"Pretrained parameter {name}{jax.tree_util.keystr(path)} has shape "
                        f"{x.shape}; the model expects {ref.shape}.")
   return loaded
 
@@ -145,7 +151,8 @@ def train(model_dir: str = gin.REQUIRED,
           temperature: float = 1.0,
           seed: int = 0,
           log_every_steps: int = 100,
-          pretrained_backbone: Callable[[], Any] | None = None) -> TrainState:
+          pretrained_backbone: Callable[[], Any] | None = None,
+          projection_init: str = "random") -> TrainState:
   """Trains `model` on `task_name` for `num_steps`, resuming from `model_dir` if possible.
 
   Args:
@@ -160,6 +167,9 @@ def train(model_dir: str = gin.REQUIRED,
     temperature: divides the scores before the softmax. The paper's loss is the plain
       cross-entropy over f scores in [-1, 1] (temperature 1); a smaller one sharpens it.
     pretrained_backbone: returns backbone params (e.g. `xtr.hf_weights.load_backbone`).
+    projection_init: "random" (the model's initializer) or "pca": the projection starts as
+      the top principal directions of the pretrained backbone's token vectors on the first
+      training examples (`models.pca_projection`), which keeps the pretrained MaxSim geometry.
   """
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
   mesh = partitioning.make_mesh()
@@ -170,7 +180,8 @@ def train(model_dir: str = gin.REQUIRED,
       task_name, vocabulary, lengths, batch_size // jax.process_count(), seed,
       shard_id=jax.process_index(), num_shards=jax.process_count()))
   optimizer = optimizers.make_optimizer()
-  pretrained = pretrained_backbone() if pretrained_backbone is not None else None
+  pretrained = _pretrained(model, pretrained_backbone, projection_init,
+                           lambda: data.get_dataset(task_name, vocabulary, lengths, batch_size, seed))
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
     state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
     checkpointer = checkpoints.Checkpointer(model_dir)
@@ -188,6 +199,26 @@ def train(model_dir: str = gin.REQUIRED,
                   log_every_steps)
   checkpointer.close()
   return state
+
+
+def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
+                projection_init: str, dataset: Callable[[], Any]) -> dict[str, Any]:
+  """The pretrained parameter subtrees that replace the model's random initialization."""
+  if pretrained_backbone is None:
+    if projection_init != "random":
+      raise ValueError(f"projection_init={projection_init!r} needs a pretrained_backbone.")
+    return {}
+  pretrained = {"backbone": pretrained_backbone()}
+  if projection_init == "pca":
+    batches = itertools.islice(dataset().as_numpy_iterator(), PCA_BATCHES)
+    token_ids = [ids for batch in batches
+                 for ids in (batch["query_tokens"], batch["doc_tokens"].reshape(
+                     -1, batch["doc_tokens"].shape[-1]))]
+    pretrained["projection"] = {
+        "kernel": models.pca_projection(model, pretrained["backbone"], token_ids)}
+  elif projection_init != "random":
+    raise ValueError(f"Unknown projection_init {projection_init!r}: expected 'random' or 'pca'.")
+  return pretrained
 
 
 def _loop(state, train_step, iterator, mesh, checkpointer, model_dir, num_steps, log_every_steps):
