@@ -180,8 +180,8 @@ def train(model_dir: str = gin.REQUIRED,
       task_name, vocabulary, lengths, batch_size // jax.process_count(), seed,
       shard_id=jax.process_index(), num_shards=jax.process_count()))
   optimizer = optimizers.make_optimizer()
-  pretrained = _pretrained(model, pretrained_backbone, projection_init,
-                           lambda: data.get_dataset(task_name, vocabulary, lengths, batch_size, seed))
+  first_batches = lambda: data.get_dataset(task_name, vocabulary, lengths, batch_size, seed)
+  pretrained = _pretrained(model, pretrained_backbone, projection_init, first_batches)
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
     state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
     checkpointer = checkpoints.Checkpointer(model_dir)
