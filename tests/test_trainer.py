@@ -120,8 +120,14 @@ def test_smoke_run_lowers_the_loss(tmp_path):
   assert _steps(tmp_path) == [50, 60]
 
 
-def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_path, t5_spm_path):
-  """`pretrained_backbone` loads HF weights into the model; num_steps = 0 saves them as is."""
+@pytest.mark.parametrize("projection_init", ["random", "pca"])
+def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_path, t5_spm_path,
+                                                     projection_init):
+  """`pretrained_backbone` loads HF weights into the model; num_steps = 0 saves them as is.
+
+  With projection_init="pca", the saved projection is the PCA of the backbone's token vectors:
+  orthonormal columns, unlike a random init.
+  """
   import gin  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -136,9 +142,12 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
       f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 0",
       f"""from __gin__ import dynamic_registration
       from xtr import hf_weights
+      from xtr import models
       from xtr import t5
       from xtr import trainer
       trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
+      trainer.train.projection_init = '{projection_init}'
+      models.XTREncoder.embed_dim = 32
       hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
       hf_weights.load_t5_backbone.config = @t5.T5Config()"""])
   try:
@@ -149,4 +158,7 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
   expected = hf_weights.t5_params_from_hf(hf_weights.read_safetensors(tmp_path / "hf"),
                                           hf_weights.t5_config_from_hf(hf_config.to_dict()))
   jax.tree.map(np.testing.assert_array_equal, saved["backbone"], expected)
-  assert saved["projection"]["kernel"].shape == (64, 128)
+  kernel = saved["projection"]["kernel"]
+  assert kernel.shape == (64, 32)
+  orthonormal = np.allclose(kernel.T @ kernel, np.eye(32), atol=1e-4)
+  assert orthonormal == (projection_init == "pca")

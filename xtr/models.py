@@ -56,8 +56,8 @@ def pca_projection(model: XTREncoder, backbone_params: Any, token_ids: list[np.n
     states = model.backbone.apply({"params": backbone_params}, ids, mask, deterministic=True)
     hidden.append(np.asarray(states, np.float32)[mask])
   hidden = np.concatenate(hidden)  # [T, H]
-  if hidden.shape[0] < model.embed_dim:
-    raise ValueError(f"PCA of {model.embed_dim} dimensions needs at least as many tokens; "
-                     f"got {hidden.shape[0]}.")
+  if model.embed_dim is None or model.embed_dim > min(hidden.shape):
+    raise ValueError(f"A PCA projection to embed_dim={model.embed_dim} needs at most the "
+                     f"backbone's hidden size and at least as many tokens; got {hidden.shape}.")
   _, _, vt = np.linalg.svd(hidden, full_matrices=False)
   return vt[:model.embed_dim].T

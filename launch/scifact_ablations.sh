@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The ablations of docs/results.md on SciFact test (XTR Tables 5 and D.2, Figures 4 and 6):
+# the same MiniLM backbone, data and step budget (gin/runs/xtr_minilm_scifact.gin) trained with
+# f_XTR at two k_train values and with f_ColBERT; each model exported to a ScaNN token index and
+# evaluated with f_XTR', the three-stage f_ColBERT and exact MaxSim; imputation and k' sweeps on
+# the XTR model of the demo's recipe; token-retrieval curves of both objectives.
+#
+#   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~1 h per model on 2 cores)
+#
+# Every step is skipped when its output exists, so a killed run resumes where it stopped.
+# Results: OUT_DIR/<model>/<evaluation>.json, OUT_DIR/tables.md, docs/figures/token_retrieval.png.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -s setup
+out=${1:-runs/ablations}
+data=data/scifact
+bin=.venv/bin
+
+# name | run config | extra gin binding
+models=(
+  "xtr_k32|xtr_minilm_scifact|trainer.train.k_train = 32"
+  "xtr_k128|xtr_minilm_scifact|trainer.train.k_train = 128"
+  "colbert|colbert_minilm_scifact|"
+)
+
+evaluate() {  # evaluate MODEL NAME FLAGS...
+  local model=$1 name=$2
+  shift 2
+  [[ -f $out/$model/$name.json ]] && return
+  $bin/xtr-eval-beir --data_dir=$data --split=test --index=$out/$model/index \
+    --checkpoint=$out/$model --out=$out/$model/$name.json "$@"
+}
+
+for spec in "${models[@]}"; do
+  IFS='|' read -r model config binding <<< "$spec"
+  gin=(--gin_file=gin/runs/$config.gin --gin_bindings="MODEL_DIR = '$out/$model'")
+  [[ -n $binding ]] && gin+=(--gin_bindings="$binding")
+  $bin/xtr-train "${gin[@]}"
+  [[ -f $out/$model/index/manifest.json ]] || $bin/xtr-export "${gin[@]}" \
+    --checkpoint=$out/$model --corpus=$data/corpus.jsonl.gz --out=$out/$model/index
+  evaluate "$model" xtr --scoring=xtr --k_prime=1000
+  evaluate "$model" colbert --scoring=colbert --k_prime=1000
+  evaluate "$model" exact --scoring=exact
+done
+
+for impute in none zero 0.2 0.4; do  # top_k_prime, k' = 1000: xtr.json
+  evaluate xtr_k32 "impute_$impute" --scoring=xtr --k_prime=1000 --impute=$impute
+done
+for k_prime in 100 10000; do  # 1000: xtr.json
+  evaluate xtr_k32 "k_prime_$k_prime" --scoring=xtr --k_prime=$k_prime
+  evaluate colbert "k_prime_$k_prime" --scoring=xtr --k_prime=$k_prime
+done
+
+analyze() {  # analyze MODEL LABEL FLAGS...
+  local model=$1 label=$2
+  shift 2
+  [[ -f $out/$model/tokens.json ]] && return
+  $bin/xtr-analyze-tokens --data_dir=$data --split=test --index=$out/$model/index \
+    --checkpoint=$out/$model --k=1000 --label="$label" --out=$out/$model/tokens.json "$@"
+}
+mkdir -p docs/figures
+analyze colbert "f_ColBERT"
+analyze xtr_k32 "f_XTR (k_train 32)" --plot=docs/figures/token_retrieval.png \
+  --compare=$out/colbert/tokens.json
+
+$bin/python - "$out" <<'PYTHON' | tee "$out/tables.md"
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+def row(label, path):
+  r = json.loads(path.read_text())
+  return (f"| {label} | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | {r['mrr@10']:.4f} | "
+          f"{r['latency_ms_per_query']['mean']:.1f} |")
+head = "| {} | nDCG@10 | Recall@100 | MRR@10 | ms/query |\n|---|---|---|---|---|"
+print("Training objective x scoring\n\n" + head.format("objective / scoring"))
+for model in ("xtr_k32", "xtr_k128", "colbert"):
+  for scoring in ("xtr", "colbert", "exact"):
+    print(row(f"{model} / {scoring}", out / model / f"{scoring}.json"))
+print("\nImputation (xtr_k32, k' = 1000)\n\n" + head.format("impute"))
+for impute in ("none", "zero", "0.2", "0.4"):
+  print(row(impute, out / "xtr_k32" / f"impute_{impute}.json"))
+print(row("top_k_prime", out / "xtr_k32" / "xtr.json"))
+print("\nk' (f_XTR', top-k' imputation; all tokens = exact MaxSim)\n\n" + head.format("model, k'"))
+for model in ("xtr_k32", "colbert"):
+  for k_prime, name in (("100", "k_prime_100"), ("1000", "xtr"), ("10000", "k_prime_10000")):
+    print(row(f"{model}, {k_prime}", out / model / f"{name}.json"))
+  print(row(f"{model}, all", out / model / "exact.json"))
+PYTHON
