@@ -237,13 +237,14 @@ def test_colbert_rerank_matches_naive():
   assert scoring.colbert_rerank(q, q_mask, []).shape == (0,)
 
 
-@pytest.mark.parametrize("k", [5, 15])
-def test_exact_maxsim_matches_naive(k):
+@pytest.mark.parametrize("k, query_tokens_per_step", [(5, 8192), (15, 8192), (5, 8)])
+def test_exact_maxsim_matches_naive(k, query_tokens_per_step):
   docs, padded, mask = _corpus(5, num_docs=11)
   rng = np.random.default_rng(6)
   q = _unit(rng.normal(size=(3, 4, padded.shape[-1])))
   q_mask = np.array([[True] * 4, [True, True, False, False], [False, True, True, True]])
-  doc_index, scores = scoring.exact_maxsim(q, q_mask, padded, mask, k, docs_per_step=4)
+  doc_index, scores = scoring.exact_maxsim(q, q_mask, padded, mask, k, docs_per_step=4,
+                                               query_tokens_per_step=query_tokens_per_step)
   assert doc_index.shape == scores.shape == (3, k)
   for b in range(3):
     naive = np.array([_naive_colbert(q[b], q_mask[b], d) for d in docs])

@@ -9,7 +9,7 @@ candidate if any of its tokens was retrieved, and
 where A_ij = 1 if query token i retrieved token j of D, and m_i is the similarity imputed for
 query tokens that retrieved nothing of D (by default query token i's k'-th retrieval score, an
 upper bound of its true max on D). The T5-ColBERT baseline instead reranks candidates with the
-exact sum-of-max over all their tokens (`colbert_rerank`, `exact_maxsim`: `xtr.losses.f_colbert`).
+exact sum-of-max over all their tokens (`colbert_rerank` by `xtr.losses.f_colbert`; `exact_maxsim`).
 """
 import functools
 from typing import Sequence, Tuple, Union
@@ -199,24 +199,27 @@ def colbert_rerank(q: np.ndarray, q_mask: np.ndarray, doc_vectors: Sequence[np.n
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
-def _maxsim_merge(best_index: jax.Array, best_scores: jax.Array, q: jax.Array, q_mask: jax.Array,
-                  d: jax.Array, d_mask: jax.Array, d_index: jax.Array,
-                  k: int) -> Tuple[jax.Array, jax.Array]:
-  """Merges one chunk of documents into the running top-k of every query.
+def _maxsim_merge(best_index: jax.Array, best_scores: jax.Array, q_tokens: jax.Array,
+                  q_of_token: jax.Array, q_length: jax.Array, d: jax.Array, d_mask: jax.Array,
+                  d_index: jax.Array, k: int) -> Tuple[jax.Array, jax.Array]:
+  """Merges one chunk of documents into the running top-k of every query of a block.
 
   Args:
     best_index: [Q, k] int32 and best_scores: [Q, k] float32, the top-k so far.
-    q: [Q, n, D]; q_mask: [Q, n] bool.
+    q_tokens: [T, D] the valid query tokens of the block's Q queries, concatenated.
+    q_of_token: [T] int32 query of each token (Q for padding tokens).
+    q_length: [Q] float32 valid tokens per query (at least 1).
     d: [c, m, D]; d_mask: [c, m] bool; d_index: [c] int32 corpus index, -1 for padding documents.
     k: static.
 
   Returns:
     The updated (best_index, best_scores).
   """
-  def one_query(args: Tuple[jax.Array, jax.Array]) -> jax.Array:
-    return losses.f_colbert(args[0][None], args[1][None], d, d_mask)[0]
-
-  chunk_scores = jnp.where(d_index >= 0, jax.lax.map(one_query, (q, q_mask)), -jnp.inf)
+  token_scores = jnp.einsum("td,cmd->tcm", q_tokens, d, precision=jax.lax.Precision.HIGHEST)
+  token_max = jnp.max(token_scores, axis=-1, where=d_mask[None], initial=-jnp.inf)  # [T, c]
+  num_queries = best_index.shape[0]
+  totals = jax.ops.segment_sum(token_max, q_of_token, num_segments=num_queries + 1)
+  chunk_scores = jnp.where(d_index >= 0, totals[:num_queries] / q_length[:, None], -jnp.inf)
   scores = jnp.concatenate([best_scores, chunk_scores], axis=1)
   index = jnp.concatenate([best_index, jnp.broadcast_to(d_index, chunk_scores.shape)], axis=1)
   top_scores, top = jax.lax.top_k(scores, k)
@@ -224,24 +227,43 @@ def _maxsim_merge(best_index: jax.Array, best_scores: jax.Array, q: jax.Array, q
 
 
 def exact_maxsim(q: np.ndarray, q_mask: np.ndarray, doc_vectors: np.ndarray, doc_mask: np.ndarray,
-                 k: int, docs_per_step: int = 128) -> Tuple[np.ndarray, np.ndarray]:
+                 k: int, docs_per_step: int = 32,
+                 query_tokens_per_step: int = 8192) -> Tuple[np.ndarray, np.ndarray]:
   """Exact f_ColBERT top-k over a whole (small) corpus: the upper bound of token retrieval.
 
-  Streams the corpus docs_per_step documents at a time, keeping a running top-k per query; each
-  query is scored against a chunk separately (lax.map), so memory is O(n * docs_per_step * m).
-  Ties go to the lower document index.
+  Queries go in blocks of at most `query_tokens_per_step` padded tokens; each block streams the
+  corpus docs_per_step documents at a time, keeping a running top-k per query, and scores all of
+  its valid query tokens against a chunk in one matmul (memory O(query_tokens_per_step *
+  docs_per_step * m)). Ties go to the lower document index.
 
   Args:
     q: [Q, n, D] query token vectors; q_mask: [Q, n] bool.
     doc_vectors: [N, m, D] padded document token vectors; doc_mask: [N, m] bool.
     k: number of documents to return per query.
     docs_per_step: static number of documents scored per device call.
+    query_tokens_per_step: bound on Q_block * n.
 
   Returns:
     doc_index: [Q, k] int32 corpus indices by decreasing score (-1 if k > N).
     scores: [Q, k] float32 f_ColBERT scores (-inf where doc_index is -1).
   """
+  queries_per_step = max(1, query_tokens_per_step // q.shape[1])
+  blocks = [_exact_block(q[s:s + queries_per_step], q_mask[s:s + queries_per_step], doc_vectors,
+                         doc_mask, k, docs_per_step)
+            for s in range(0, len(q), queries_per_step)]
+  return (np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks]))
+
+
+def _exact_block(q: np.ndarray, q_mask: np.ndarray, doc_vectors: np.ndarray,
+                 doc_mask: np.ndarray, k: int, docs_per_step: int) -> Tuple[np.ndarray, np.ndarray]:
+  """exact_maxsim of one block of queries (q [Q, n, D], q_mask [Q, n])."""
   num_queries, num_docs = q.shape[0], doc_vectors.shape[0]
+  q_of_token = np.nonzero(q_mask)[0].astype(np.int32)
+  padded = -(-max(len(q_of_token), 1) // 256) * 256  # Few distinct shapes to compile.
+  q_tokens = np.zeros((padded, q.shape[-1]), np.float32)
+  q_tokens[:len(q_of_token)] = q[q_mask]
+  q_of_token = np.pad(q_of_token, (0, padded - len(q_of_token)), constant_values=num_queries)
+  q_length = np.maximum(q_mask.sum(axis=1), 1).astype(np.float32)
   best_index = jnp.full((num_queries, k), -1, jnp.int32)
   best_scores = jnp.full((num_queries, k), -jnp.inf, jnp.float32)
   for start in range(0, num_docs, docs_per_step):
@@ -253,6 +275,6 @@ def exact_maxsim(q: np.ndarray, q_mask: np.ndarray, doc_vectors: np.ndarray, doc
     if missing:
       d = np.pad(d, [(0, missing), (0, 0), (0, 0)])
       d_mask = np.pad(d_mask, [(0, missing), (0, 0)])
-    best_index, best_scores = _maxsim_merge(best_index, best_scores, q, q_mask, d, d_mask,
-                                            d_index, k)
+    best_index, best_scores = _maxsim_merge(best_index, best_scores, q_tokens, q_of_token,
+                                            q_length, d, d_mask, d_index, k)
   return np.asarray(best_index), np.asarray(best_scores)
