@@ -14,7 +14,7 @@ import pytest
 from xtr import checkpoints
 from xtr import encoding
 from xtr import evaluation
-from xtr import export
+from xtr import indexing
 from xtr import index as index_lib
 from xtr import retrieval
 from xtr import vocabularies
@@ -211,8 +211,18 @@ def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_sli
   assert max(result["lexical"]) > 0  # Same-token matches happen, so the check above has teeth.
 
 
+@pytest.mark.parametrize("cli_module", ["xtr.eval_beir", "xtr.search", "xtr.token_analysis",
+                                        "xtr.export", "xtr.train"])
+def test_every_cli_can_import_the_demo_gin_config(cli_module):
+  """The gin config stored in an index exported by `make demo` imports xtr.demo: that import
+  must define no flag of its own, or every CLI that opens the index fails."""
+  process = subprocess.run([sys.executable, "-c", f"import {cli_module}, xtr.demo"],
+                           capture_output=True, text=True, cwd=REPO)
+  assert process.returncode == 0, process.stderr[-2000:]
+
+
 def test_export_shards_split_the_corpus():
-  ranges = [export.shard_range(10, s, 3) for s in range(3)]
+  ranges = [indexing.shard_range(10, s, 3) for s in range(3)]
   assert [list(r) for r in ranges] == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
   with pytest.raises(ValueError, match="shard_id"):
-    export.shard_range(10, 3, 3)
+    indexing.shard_range(10, 3, 3)

@@ -17,8 +17,8 @@ from xtr import baselines
 from xtr import cli
 from xtr import encoding
 from xtr import evaluation
-from xtr import export
 from xtr import index as index_lib
+from xtr import indexing
 from xtr import retrieval
 from xtr import trainer
 
@@ -35,7 +35,7 @@ def _xtr(model_dir: str, data: evaluation.BeirData, config: retrieval.SearchConf
   encoder = encoding.Encoder(encoding.load_params(model_dir))
   index_dir = os.path.join(model_dir, "index")
   if not os.path.exists(os.path.join(index_dir, index_lib.MANIFEST)):
-    export.export(encoder, data.doc_ids, data.docs, index_dir, dtype="float16",
+    indexing.export(encoder, data.doc_ids, data.docs, index_dir, dtype="float16",
                   docs_per_chunk=500)
   return retrieval.search(encoder, index_lib.open_index(index_dir), data.queries, config)
 

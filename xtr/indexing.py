@@ -1,0 +1,47 @@
+"""Corpus -> token vectors -> token index: the library side of `xtr-export` (and of the demo).
+
+Kept apart from the CLI module so that importing it (e.g. through the gin config stored in an
+index) defines no command-line flags.
+"""
+import math
+from typing import Sequence
+
+import gin
+import numpy as np
+import tqdm
+
+from xtr import encoding
+from xtr import index as index_lib
+
+
+def shard_range(num_docs: int, shard_id: int, num_shards: int) -> range:
+  """Contiguous document range of one shard; shards differ in size by at most one document."""
+  if not 0 <= shard_id < num_shards:
+    raise ValueError(f"--shard_id={shard_id} is not in [0, --num_shards={num_shards}).")
+  bounds = np.linspace(0, num_docs, num_shards + 1).round().astype(int)
+  return range(bounds[shard_id], bounds[shard_id + 1])
+
+
+def export(encoder: encoding.Encoder, doc_ids: Sequence[str], texts: Sequence[str],
+           out_dir: str, dtype: str, docs_per_chunk: int) -> dict:
+  """Encodes `texts` chunk by chunk into an index at `out_dir` (resuming), builds ScaNN.
+
+  Returns:
+    The index manifest.
+  """
+  writer = index_lib.IndexWriter(
+      out_dir, encoder.dim, dtype,
+      model_info={"gin_config": gin.config_str(),
+                  "query_max_length": encoder.query_max_length,
+                  "doc_max_length": encoder.doc_max_length},
+      fingerprint=encoder.fingerprint, docs_per_chunk=docs_per_chunk)
+  num_chunks = math.ceil(len(doc_ids) / docs_per_chunk)
+  done = writer.completed_chunks()
+  if done:
+    print(f"Resuming {out_dir} at chunk {done} of {num_chunks}.", flush=True)
+  for chunk in tqdm.tqdm(range(done, num_chunks), initial=done, total=num_chunks,
+                         desc="export", unit="chunk"):
+    docs = slice(chunk * docs_per_chunk, (chunk + 1) * docs_per_chunk)
+    writer.write_chunk(chunk, doc_ids[docs], encoder.encode_documents(texts[docs]))
+  print(f"Building the ScaNN index of {out_dir}.", flush=True)
+  return writer.finalize(index_lib.ScannConfig())
