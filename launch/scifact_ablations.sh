@@ -5,7 +5,7 @@
 # evaluated with f_XTR', the three-stage f_ColBERT and exact MaxSim; imputation and k' sweeps on
 # the XTR model of the demo's recipe; token-retrieval curves of both objectives.
 #
-#   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~1 h per model on 2 cores)
+#   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~20 min per model on 2 cores)
 #
 # Every step is skipped when its output exists, so a killed run resumes where it stopped.
 # Results: OUT_DIR/<model>/<evaluation>.json, OUT_DIR/tables.md, docs/figures/token_retrieval.png.
