@@ -163,6 +163,7 @@ def test_fan_out_over_shards_equals_single_index(tmp_path):
   single = index.open_index(str(tmp_path / "single"))
   sharded = index.open_index(str(tmp_path / "sharded"))
   assert sharded.doc_ids == doc_ids
+  np.testing.assert_array_equal(sharded.doc_lengths, [len(d) for d in docs])
   assert (sharded.num_docs, sharded.num_tokens) == (single.num_docs, single.num_tokens)
   index.check_compatible(sharded.manifest, 32, FINGERPRINT)
   rng = np.random.default_rng(1)

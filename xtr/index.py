@@ -510,6 +510,7 @@ class TokenIndex:
     self._shards = list(shards)
     self._doc_starts = np.cumsum([0] + [s.num_docs for s in shards])
     self.doc_ids = [doc_id for shard in shards for doc_id in shard.doc_ids]
+    self.doc_lengths = np.concatenate([np.diff(shard.doc_offsets) for shard in shards])  # [N]
     self.manifest = shards[0].manifest if len(shards) == 1 else _sharded_manifest(shards)
     self.dim = self.manifest["dim"]
     self.num_docs = self.manifest["num_docs"]

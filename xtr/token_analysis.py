@@ -92,7 +92,7 @@ def analyze(data: evaluation.BeirData, encoder: Any, token_index: index_lib.Toke
                                   encoder.doc_max_length)
   doc_token_ids = {d: row[row != 0] for d, row in zip(retrieved, ids)}
   for d, row in doc_token_ids.items():
-    indexed = len(token_index.doc_vectors([d])[0])
+    indexed = token_index.doc_lengths[d]
     if len(row) != indexed:
       raise ValueError(f"Document {token_index.doc_ids[d]!r} has {len(row)} tokens here but "
                        f"{indexed} in the index at {token_index.path}: different tokenization.")
