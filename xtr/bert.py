@@ -14,6 +14,8 @@ import gin
 import jax
 import jax.numpy as jnp
 
+from xtr import attention
+
 _MASK_BIAS = -1e10  # Attention logit bias for padded keys.
 _INIT = nn.initializers.normal(0.02)  # BERT's initializer_range.
 
@@ -91,10 +93,8 @@ class SelfAttention(nn.Module):
     heads = lambda y: y.reshape(*y.shape[:-1], cfg.num_heads, head_dim)  # [B, L, H, D]
     q, k, v = (heads(_dense(cfg.hidden_size, ("embed", "joined_kv"), cfg.dtype, name)(x))
                for name in ("query", "key", "value"))
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-    weights = jax.nn.softmax(logits / math.sqrt(head_dim) + mask_bias, axis=-1).astype(cfg.dtype)
-    weights = nn.Dropout(cfg.dropout_rate)(weights, deterministic=deterministic)
-    out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(x.shape)
+    dropout = functools.partial(nn.Dropout(cfg.dropout_rate), deterministic=deterministic)
+    out = attention.dot_product_attention(q / math.sqrt(head_dim), k, v, mask_bias, dropout)
     return _dense(cfg.hidden_size, ("joined_kv", "embed"), cfg.dtype, "out")(out)
 
 

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xtr import attention
+
 _MASK_BIAS = -1e10  # Attention logit bias for padded keys (as in t5x).
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -123,10 +125,8 @@ class SelfAttention(nn.Module):
     q = heads(_dense(inner, ("embed", "joined_kv"), query_init, cfg.dtype, "query")(x))
     k = heads(_dense(inner, ("embed", "joined_kv"), init, cfg.dtype, "key")(x))
     v = heads(_dense(inner, ("embed", "joined_kv"), init, cfg.dtype, "value")(x))
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-    weights = jax.nn.softmax(logits + attention_bias, axis=-1).astype(cfg.dtype)
-    weights = nn.Dropout(cfg.dropout_rate)(weights, deterministic=deterministic)
-    out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(*x.shape[:-1], inner)
+    dropout = functools.partial(nn.Dropout(cfg.dropout_rate), deterministic=deterministic)
+    out = attention.dot_product_attention(q, k, v, attention_bias, dropout)
     return _dense(cfg.emb_dim, ("joined_kv", "embed"), init, cfg.dtype, "out")(out)
 
 
