@@ -162,3 +162,33 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
   assert kernel.shape == (64, 32)
   orthonormal = np.allclose(kernel.T @ kernel, np.eye(32), atol=1e-4)
   assert orthonormal == (projection_init == "pca")
+
+
+def test_resume_needs_no_pretrained_weights(tmp_path, msmarco_triples_path, t5_spm_path, capsys):
+  """A resumed run takes every parameter from its checkpoint: the pretrained weights (and the
+  PCA of their token vectors) are not loaded again, so they may be gone."""
+  import gin  # pylint: disable=g-import-not-at-top
+  bindings = [f"MODEL_DIR = '{tmp_path}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+              f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 2",
+              "checkpoints.Checkpointer.save_every_steps = 1"]
+  def train(*extra):
+    gin.clear_config()
+    gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke.gin")], bindings + [*extra])
+    try:
+      return trainer.train()
+    finally:
+      gin.clear_config()
+  reference = jax.device_get(train().params)
+  missing = f"""from __gin__ import dynamic_registration
+      from xtr import hf_weights
+      from xtr import t5
+      from xtr import trainer
+      trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
+      trainer.train.projection_init = 'pca'
+      hf_weights.load_t5_backbone.path = '{tmp_path / 'missing'}'
+      hf_weights.load_t5_backbone.config = @t5.T5Config()"""
+  with pytest.raises(FileNotFoundError):
+    train(missing, f"MODEL_DIR = '{tmp_path / 'fresh'}'")
+  resumed = jax.device_get(train(missing).params)
+  assert f"Resumed from {tmp_path} at step 2." in capsys.readouterr().out
+  jax.tree.map(np.testing.assert_array_equal, resumed, reference)

@@ -65,13 +65,17 @@ class Checkpointer:
       self.manager.save(step, force=True, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), dataset=DatasetIteratorSave(iterator)))
 
+  def latest_step(self) -> int | None:
+    """The step of the latest saved checkpoint (None if there is none)."""
+    return self.manager.latest_step()
+
   def restore_latest(self, abstract_state: Any, iterator: Any) -> Any | None:
     """The latest saved state (None if there is none); advances `iterator` in place.
 
     Args:
       abstract_state: the train state as `jax.ShapeDtypeStruct`s carrying target shardings.
     """
-    step = self.manager.latest_step()
+    step = self.latest_step()
     if step is None:
       return None
     restored = self.manager.restore(step, args=ocp.args.Composite(

@@ -181,10 +181,12 @@ def train(model_dir: str = gin.REQUIRED,
       shard_id=jax.process_index(), num_shards=jax.process_count()))
   optimizer = optimizers.make_optimizer()
   first_batches = lambda: data.get_dataset(task_name, vocabulary, lengths, batch_size, seed)
-  pretrained = _pretrained(model, pretrained_backbone, projection_init, first_batches)
+  checkpointer = checkpoints.Checkpointer(model_dir)
+  # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
+  pretrained = ({} if checkpointer.latest_step() is not None else
+                _pretrained(model, pretrained_backbone, projection_init, first_batches))
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
     state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
-    checkpointer = checkpoints.Checkpointer(model_dir)
     abstract = jax.tree.map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
     restored = checkpointer.restore_latest(abstract, iterator)
