@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The ablations of docs/results.md on SciFact test (XTR Tables 5 and D.2, Figures 4 and 6):
 # the same MiniLM backbone, data and step budget (gin/runs/xtr_minilm_scifact.gin) trained with
-# f_XTR at two k_train values and with f_ColBERT; each model exported to a ScaNN token index and
-# evaluated with f_XTR', the three-stage f_ColBERT and exact MaxSim; imputation and k' sweeps on
-# the XTR model of the demo's recipe; token-retrieval curves of both objectives.
+# f_XTR at three k_train values (32, 128 and the demo's 1024) and with f_ColBERT; each model
+# exported to a ScaNN token index and evaluated with f_XTR', the three-stage f_ColBERT and exact
+# MaxSim; imputation and k' sweeps on the f_XTR models of k_train 32 and 1024; token-retrieval
+# curves of f_XTR (k_train 32) and f_ColBERT.
 #
 #   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~20 min per model on 2 cores)
+#
+# `make demo` trains and exports xtr_k1024 already: `cp -r runs/demo/xtr runs/ablations/xtr_k1024`.
 #
 # Every step is skipped when its output exists, so a killed run resumes where it stopped.
 # Results: OUT_DIR/<model>/<evaluation>.json, OUT_DIR/tables.md, docs/figures/token_retrieval.png.
@@ -20,6 +23,7 @@ bin=.venv/bin
 models=(
   "xtr_k32|xtr_minilm_scifact|trainer.train.k_train = 32"
   "xtr_k128|xtr_minilm_scifact|trainer.train.k_train = 128"
+  "xtr_k1024|xtr_minilm_scifact|trainer.train.k_train = 1024"
   "colbert|colbert_minilm_scifact|"
 )
 
@@ -43,12 +47,15 @@ for spec in "${models[@]}"; do
   evaluate "$model" exact --scoring=exact
 done
 
-for impute in none zero 0.2 0.4; do  # top_k_prime, k' = 1000: xtr.json
-  evaluate xtr_k32 "impute_$impute" --scoring=xtr --k_prime=1000 --impute=$impute
+for model in xtr_k32 xtr_k1024; do
+  for impute in none zero 0.2 0.4; do  # top_k_prime, k' = 1000: xtr.json
+    evaluate $model "impute_$impute" --scoring=xtr --k_prime=1000 --impute=$impute
+  done
 done
-for k_prime in 100 10000; do  # 1000: xtr.json
-  evaluate xtr_k32 "k_prime_$k_prime" --scoring=xtr --k_prime=$k_prime
-  evaluate colbert "k_prime_$k_prime" --scoring=xtr --k_prime=$k_prime
+for model in xtr_k32 xtr_k1024 colbert; do
+  for k_prime in 100 10000; do  # 1000: xtr.json
+    evaluate $model "k_prime_$k_prime" --scoring=xtr --k_prime=$k_prime
+  done
 done
 
 analyze() {  # analyze MODEL LABEL FLAGS...
@@ -72,15 +79,16 @@ def row(label, path):
           f"{r['latency_ms_per_query']['mean']:.1f} |")
 head = "| {} | nDCG@10 | Recall@100 | MRR@10 | ms/query |\n|---|---|---|---|---|"
 print("Training objective x scoring\n\n" + head.format("objective / scoring"))
-for model in ("xtr_k32", "xtr_k128", "colbert"):
+for model in ("xtr_k32", "xtr_k128", "xtr_k1024", "colbert"):
   for scoring in ("xtr", "colbert", "exact"):
     print(row(f"{model} / {scoring}", out / model / f"{scoring}.json"))
-print("\nImputation (xtr_k32, k' = 1000)\n\n" + head.format("impute"))
-for impute in ("none", "zero", "0.2", "0.4"):
-  print(row(impute, out / "xtr_k32" / f"impute_{impute}.json"))
-print(row("top_k_prime", out / "xtr_k32" / "xtr.json"))
+print("\nImputation (k' = 1000)\n\n" + head.format("model, impute"))
+for model in ("xtr_k32", "xtr_k1024"):
+  for impute in ("none", "zero", "0.2", "0.4"):
+    print(row(f"{model}, {impute}", out / model / f"impute_{impute}.json"))
+  print(row(f"{model}, top_k_prime", out / model / "xtr.json"))
 print("\nk' (f_XTR', top-k' imputation; all tokens = exact MaxSim)\n\n" + head.format("model, k'"))
-for model in ("xtr_k32", "colbert"):
+for model in ("xtr_k32", "xtr_k1024", "colbert"):
   for k_prime, name in (("100", "k_prime_100"), ("1000", "xtr"), ("10000", "k_prime_10000")):
     print(row(f"{model}, {k_prime}", out / model / f"{name}.json"))
   print(row(f"{model}, all", out / model / "exact.json"))
