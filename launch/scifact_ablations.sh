@@ -4,7 +4,7 @@
 # f_XTR at three k_train values (32, 128 and the demo's 1024) and with f_ColBERT; each model
 # exported to a ScaNN token index and evaluated with f_XTR', the three-stage f_ColBERT and exact
 # MaxSim; imputation and k' sweeps on the f_XTR models of k_train 32 and 1024; token-retrieval
-# curves of f_XTR (k_train 32) and f_ColBERT.
+# curves of f_XTR (k_train 32 and 1024) and f_ColBERT.
 #
 #   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~20 min per model on 2 cores)
 #
@@ -67,8 +67,9 @@ analyze() {  # analyze MODEL LABEL FLAGS...
 }
 mkdir -p docs/figures
 analyze colbert "f_ColBERT"
-analyze xtr_k32 "f_XTR (k_train 32)" --plot=docs/figures/token_retrieval.png \
-  --compare=$out/colbert/tokens.json
+analyze xtr_k32 "f_XTR (k_train 32)"
+analyze xtr_k1024 "f_XTR (k_train 1024)" --plot=docs/figures/token_retrieval.png \
+  --compare=$out/xtr_k32/tokens.json,$out/colbert/tokens.json
 
 $bin/python - "$out" <<'PYTHON' | tee "$out/tables.md"
 import json, pathlib, sys
