@@ -74,6 +74,17 @@ def _xtr_train(model_dir, *bindings, wait=True):
                           stderr=subprocess.DEVNULL)
 
 
+def _train_smoke_in_process(*bindings: str) -> trainer.TrainState:
+  """`trainer.train()` under gin/runs/smoke.gin and `bindings`, in this process."""
+  import gin  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke.gin")], list(bindings))
+  try:
+    return trainer.train()
+  finally:
+    gin.clear_config()
+
+
 def _steps(model_dir: pathlib.Path) -> list[int]:
   """Finalized checkpoint steps (orbax renames a step directory to its number when complete)."""
   directory = model_dir / "checkpoints"
@@ -128,7 +139,6 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
   With projection_init="pca", the saved projection is the PCA of the backbone's token vectors:
   orthonormal columns, unlike a random init.
   """
-  import gin  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from xtr import encoding, hf_weights  # pylint: disable=g-import-not-at-top
@@ -136,8 +146,7 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
   hf_config = transformers.T5Config(vocab_size=32128, d_model=64, d_kv=16, d_ff=128, num_layers=2,
                                     num_heads=4, feed_forward_proj="gated-gelu")
   transformers.T5EncoderModel(hf_config).save_pretrained(tmp_path / "hf")
-  gin.clear_config()
-  gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke.gin")], [
+  _train_smoke_in_process(
       f"MODEL_DIR = '{tmp_path / 'model'}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
       f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 0",
       f"""from __gin__ import dynamic_registration
@@ -149,11 +158,7 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
       trainer.train.projection_init = '{projection_init}'
       models.XTREncoder.embed_dim = 32
       hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
-      hf_weights.load_t5_backbone.config = @t5.T5Config()"""])
-  try:
-    trainer.train()
-  finally:
-    gin.clear_config()
+      hf_weights.load_t5_backbone.config = @t5.T5Config()""")
   saved = encoding.load_params(str(tmp_path / "model"))
   expected = hf_weights.t5_params_from_hf(hf_weights.read_safetensors(tmp_path / "hf"),
                                           hf_weights.t5_config_from_hf(hf_config.to_dict()))
@@ -167,17 +172,10 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
 def test_resume_needs_no_pretrained_weights(tmp_path, msmarco_triples_path, t5_spm_path, capsys):
   """A resumed run takes every parameter from its checkpoint: the pretrained weights (and the
   PCA of their token vectors) are not loaded again, so they may be gone."""
-  import gin  # pylint: disable=g-import-not-at-top
   bindings = [f"MODEL_DIR = '{tmp_path}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
               f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 2",
               "checkpoints.Checkpointer.save_every_steps = 1"]
-  def train(*extra):
-    gin.clear_config()
-    gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke.gin")], bindings + [*extra])
-    try:
-      return trainer.train()
-    finally:
-      gin.clear_config()
+  train = lambda *extra: _train_smoke_in_process(*bindings, *extra)
   reference = jax.device_get(train().params)
   missing = f"""from __gin__ import dynamic_registration
       from xtr import hf_weights

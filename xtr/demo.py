@@ -36,7 +36,7 @@ def _xtr(model_dir: str, data: evaluation.BeirData, config: retrieval.SearchConf
   index_dir = os.path.join(model_dir, "index")
   if not os.path.exists(os.path.join(index_dir, index_lib.MANIFEST)):
     indexing.export(encoder, data.doc_ids, data.docs, index_dir, dtype="float16",
-                  docs_per_chunk=500)
+                    docs_per_chunk=500)
   return retrieval.search(encoder, index_lib.open_index(index_dir), data.queries, config)
 
 
