@@ -3,7 +3,7 @@
 Both tasks give {"query", "positive", "negative"}: [<= length] int32 token ids (lowercased,
 special tokens added; see `tasks.preprocessors.tokenize`). Their data locations come from gin and
 are read when a dataset is built:
-  msmarco_triples: `tasks.msmarco.triples_dataset.path` (the MS MARCO triples TSV).
+  msmarco_triples: `tasks.msmarco.triples_files.path` (the MS MARCO triples TSV, or its shards).
   beir_pairs: `tasks.beir.load_pairs.data_dir` and `.split` (qrels split, default "train");
     the negative sampler is `tasks.beir.to_triples.negative_sampler`.
 """
@@ -20,13 +20,13 @@ from tasks import preprocessors
 def register_tasks(vocabulary: seqio.Vocabulary) -> None:
   """(Re)registers `msmarco_triples` and `beir_pairs`, tokenized with the model's `vocabulary`."""
   features = preprocessors.output_features(vocabulary)
-  _register("msmarco_triples", msmarco.triples_dataset, [preprocessors.tokenize], features)
-  _register("beir_pairs", beir.pairs_dataset, [beir.to_triples, preprocessors.tokenize], features)
+  _register("msmarco_triples", msmarco.TriplesSource(), [preprocessors.tokenize], features)
+  _register("beir_pairs", seqio.FunctionDataSource(beir.pairs_dataset, splits=("train",)),
+            [beir.to_triples, preprocessors.tokenize], features)
 
 
-def _register(name: str, dataset_fn: seqio.DatasetFnCallable,
+def _register(name: str, source: seqio.DataSource,
               steps: Sequence[Callable[..., tf.data.Dataset]],
               features: dict[str, seqio.Feature]) -> None:
   seqio.TaskRegistry.remove(name)
-  seqio.TaskRegistry.add(name, source=seqio.FunctionDataSource(dataset_fn, splits=("train",)),
-                         preprocessors=steps, output_features=features)
+  seqio.TaskRegistry.add(name, source=source, preprocessors=steps, output_features=features)

@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 import dataclasses
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import tempfile
 
-import bm25s
 import gin
 import numpy as np
 import seqio
@@ -139,7 +139,8 @@ def bm25_top_docs(data: BeirPairs, depth: int, cache_dir: str) -> np.ndarray:
   Mined once, then read from `cache_dir/<key>.npy`; the key hashes the queries, the documents,
   `depth` and the BM25 settings, so changed data are mined afresh.
   """
-  settings = {"bm25s": bm25s.__version__, "k1": bm25.K1, "b": bm25.B, "depth": depth}
+  settings = {"bm25s": importlib.metadata.version("bm25s"), "k1": bm25.K1, "b": bm25.B,
+              "depth": depth}
   key = hashlib.sha256(json.dumps([settings, data.queries, data.docs]).encode()).hexdigest()
   cache_dir = os.path.expanduser(cache_dir)
   path = os.path.join(cache_dir, f"{key}.npy")

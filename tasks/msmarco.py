@@ -1,41 +1,87 @@
 """MS MARCO passage training triples (`triples.train.small.tsv`: query<TAB>positive<TAB>negative).
 
-The official file is ~27 GB (39.8M lines): it is streamed line by line, never loaded.
+The official file is ~27 GB (39.8M lines): it is streamed line by line, never loaded. Split into
+several files, it is also sharded by file over the hosts of a multi-host run, so that each host
+reads only its own files (README, "Data"):
+
+  split --number=l/64 --numeric-suffixes --suffix-length=3 --additional-suffix=.tsv \
+    triples.train.small.tsv triples.train.small-    # 64 files of whole lines
 """
-import functools
-import os
+from collections.abc import Sequence
 
 import gin
+import seqio
 import tensorflow as tf
 
 _FIELDS = ("query", "positive", "negative")
+_CYCLE_LENGTH = 16  # Files read at once, one line from each in turn.
 
 
 @gin.configurable
-def triples_dataset(split: str, shuffle_files: bool, seed: int | None = None,
-                    path: str = gin.REQUIRED) -> tf.data.Dataset:
-  """seqio dataset_fn: the triples of the TSV at `path`, in file order.
+def triples_files(path: str | Sequence[str] = gin.REQUIRED) -> list[str]:
+  """The triples TSV files: `path` is a file, a glob pattern or a list of them, e.g.
+  'gs://bucket/msmarco/triples.train.small-*.tsv'. Sorted, so every host sees one order.
+
+  Raises:
+    ValueError: naming the pattern that matches no file.
+  """
+  patterns = [path] if isinstance(path, str) else list(path)
+  files = []
+  for pattern in patterns:
+    matched = sorted(tf.io.gfile.glob(pattern))
+    if not matched:
+      raise ValueError(f"tasks.msmarco.triples_files.path: no file matches {pattern!r}.")
+    files += matched
+  return files
+
+
+class TriplesSource(seqio.DataSource):
+  """seqio source of the triples of `triples_files()`: {"query", "positive", "negative"} ([]
+  string each), each file in line order.
+
+  With at least as many files as input shards (hosts), each shard reads only its files (file i
+  goes to shard i mod num_shards); with fewer, seqio shards the examples instead, and every host
+  streams every file. Shuffling shuffles the file order (examples are shuffled downstream).
+  """
+
+  def __init__(self):
+    super().__init__(splits=("train",))
+
+  @property
+  def supports_arbitrary_sharding(self) -> bool:
+    return False
+
+  def list_shards(self, split: str) -> Sequence[str]:
+    del split
+    return triples_files()
+
+  def get_dataset(self, split: str = "train", shuffle: bool = True, seed: int | None = None,
+                  shard_info: seqio.ShardInfo | None = None, *, sequence_length=None,
+                  use_cached: bool = False, num_epochs: int | None = 1) -> tf.data.Dataset:
+    del sequence_length, use_cached, num_epochs  # Repeated and cut downstream.
+    files = self.list_shards(split)
+    if shard_info is not None:
+      files = files[shard_info.index::shard_info.num_shards]
+    files_ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle:
+      files_ds = files_ds.shuffle(len(files), seed=seed)
+    return files_ds.interleave(read_triples, cycle_length=min(len(files), _CYCLE_LENGTH),
+                               block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                               deterministic=True)
+
+
+def read_triples(path: tf.Tensor) -> tf.data.Dataset:
+  """The triples of one TSV file ([] string path), in file order.
 
   A malformed line (not 3 tab-separated fields, or an empty field) stops iteration with an
   `InvalidArgumentError` whose message reads `{path}:{line}: {what is wrong}` (line is 1-based).
-
-  Args:
-    split: unused; the file is the training split.
-    shuffle_files: unused; there is one file (the task shuffles examples).
-    seed: unused; reading is deterministic.
-    path: the triples TSV.
-
-  Returns:
-    {"query", "positive", "negative"}: [] string each.
   """
-  del split, shuffle_files, seed
-  path = os.fspath(path)
   lines = tf.data.TextLineDataset(path).enumerate(start=1)
-  return lines.map(functools.partial(_parse_line, path=path),
+  return lines.map(lambda number, line: _parse_line(path, number, line),
                    num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _parse_line(line_number: tf.Tensor, line: tf.Tensor, path: str) -> dict[str, tf.Tensor]:
+def _parse_line(path: tf.Tensor, line_number: tf.Tensor, line: tf.Tensor) -> dict[str, tf.Tensor]:
   """Splits one line ([] string, number [] int64) into the triple, asserting it is well formed."""
   where = tf.strings.join([path, ":", tf.strings.as_string(line_number), ": "])
   fields = tf.strings.split(line, "\t")

@@ -20,7 +20,7 @@ def vocab(t5_spm_path):
 
 @pytest.fixture(autouse=True)
 def _data_paths(msmarco_triples_path, scifact_dir):
-  gin.bind_parameter("tasks.msmarco.triples_dataset.path", str(msmarco_triples_path))
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
   gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
   yield
   gin.clear_config()
@@ -62,6 +62,42 @@ def test_batches_are_the_encoded_rows(vocab, msmarco_triples_path, num_shards):
         np.testing.assert_array_equal(
             batch["doc_tokens"][:, d],
             vocabularies.encode_batch(vocab, [r[1 + d] for r in part], 256))
+
+
+def _split_triples(path: pathlib.Path, out_dir: pathlib.Path, num_files: int) -> list[str]:
+  """Writes `path` as `num_files` files of consecutive lines; returns each file's lines."""
+  lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+  size = len(lines) // num_files
+  parts = [lines[i * size:(i + 1) * size] for i in range(num_files)]
+  for i, part in enumerate(parts):
+    (out_dir / f"triples-{i:03d}.tsv").write_text("".join(part), encoding="utf-8")
+  return parts
+
+
+def test_hosts_read_only_their_files(vocab, msmarco_triples_path, tmp_path):
+  """Four files over two hosts: host h reads files h and h + 2, one line of each in turn, and
+  never opens the other host's files (a broken line there stops only that host)."""
+  parts = _split_triples(msmarco_triples_path, tmp_path, 4)
+  with open(tmp_path / "triples-003.tsv", "a", encoding="utf-8") as f:
+    f.write("a query without documents\n")
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(tmp_path / "triples-*.tsv"))
+
+  def host(shard_id: int):
+    return data.get_dataset("msmarco_triples", vocab, LENGTHS, 10, seed=0, shuffle=False,
+                            shard_id=shard_id, num_shards=2).as_numpy_iterator()
+
+  rows = [line.rstrip("\n").split("\t") for pair in zip(parts[0], parts[2]) for line in pair]
+  queries = np.concatenate([b["query_tokens"] for b in _batches(host(0), 10)])
+  expected = vocabularies.encode_batch(vocab, [r[0] for r in rows], 32)
+  np.testing.assert_array_equal(queries, np.concatenate([expected, expected]))  # 2 epochs
+  with pytest.raises(tf.errors.InvalidArgumentError, match="triples-003.tsv:26: expected 3"):
+    _batches(host(1), 10)
+
+
+def test_a_pattern_without_files_names_it(vocab, tmp_path):
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(tmp_path / "missing-*.tsv"))
+  with pytest.raises(ValueError, match="no file matches .*missing-\\*.tsv"):
+    data.get_dataset("msmarco_triples", vocab, LENGTHS, 10, seed=0)
 
 
 def test_epochs_repeat_forever_without_remainders(vocab):

@@ -98,7 +98,8 @@ def test_f_colbert_values_and_gradients_match_loop_reference(seed):
                              _reference_f_colbert(q, q_mask, d, d_mask), atol=1e-5)
 
   def loss(q, d):
-    return losses.in_batch_cross_entropy(losses.f_colbert(q, q_mask, d, d_mask), positive_index)
+    return jnp.mean(losses.in_batch_cross_entropy(losses.f_colbert(q, q_mask, d, d_mask),
+                                                  positive_index))
 
   def reference_loss(q, d):
     return _reference_cross_entropy(_reference_f_colbert(q, q_mask, d, d_mask), positive_index)
@@ -121,7 +122,7 @@ def test_f_xtr_values_and_gradients_match_loop_reference(seed, k_train):
 
   def loss(q, d):
     scores = losses.f_xtr(q, q_mask, d, d_mask, k_train)
-    return losses.in_batch_cross_entropy(scores, positive_index)
+    return jnp.mean(losses.in_batch_cross_entropy(scores, positive_index))
 
   def reference_loss(q, d):
     scores = _reference_f_xtr(q, q_mask, d, d_mask, retrieved)
@@ -176,12 +177,12 @@ def test_paper_failure_case_colbert_rewards_what_xtr_penalizes():
   retrieved = losses.retrieval_mask(losses.token_scores(q, d), q_mask, d_mask, 1)
   chance = np.log(1 + n)
 
-  assert losses.positive_token_hit_rate(retrieved, q_mask, positive_index) == 0.0
-  assert losses.in_batch_accuracy(colbert, positive_index) == 1.0
+  assert not losses.positive_token_hits(retrieved, q_mask, positive_index).any()
+  assert losses.in_batch_accuracy(colbert, positive_index)[0] == 1.0
   assert losses.in_batch_cross_entropy(colbert, positive_index) < chance
   assert xtr[0, 0] == 0.0
   np.testing.assert_allclose(xtr[0, 1:], 0.9, atol=1e-6)
-  assert losses.in_batch_accuracy(xtr, positive_index) == 0.0
+  assert losses.in_batch_accuracy(xtr, positive_index)[0] == 0.0
   assert (losses.in_batch_cross_entropy(xtr, positive_index)
           > 2 * losses.in_batch_cross_entropy(colbert, positive_index))
   assert losses.in_batch_cross_entropy(xtr, positive_index) > chance
@@ -232,16 +233,19 @@ def test_retrieval_takes_exactly_k_train_tokens_under_ties():
 
 
 @pytest.mark.parametrize("k_train", [1, 5])
-def test_positive_token_hit_rate_matches_naive_count(k_train):
+def test_positive_token_hits_match_naive_count(k_train):
   q, q_mask, d, d_mask = _random_batch(8, b=3, c=6)
   positive_index = np.array([0, 2, 5])
   retrieved = _naive_retrieval(q, q_mask, d, d_mask, k_train)
-  hits = [retrieved[bi, i, positive_index[bi]].any()
-          for bi in range(3) for i in np.flatnonzero(q_mask[bi])]
+  expected = np.zeros(q_mask.shape, bool)
+  for bi in range(3):
+    for i in np.flatnonzero(q_mask[bi]):
+      expected[bi, i] = retrieved[bi, i, positive_index[bi]].any()
   scores = losses.token_scores(q, d)
-  rate = losses.positive_token_hit_rate(
+  hits = losses.positive_token_hits(
       losses.retrieval_mask(scores, q_mask, d_mask, k_train), q_mask, positive_index)
-  np.testing.assert_allclose(rate, np.mean(hits), atol=1e-6)
+  np.testing.assert_array_equal(hits, expected)
+  assert 0 < expected.sum() < q_mask.sum()
 
 
 def test_cross_entropy_and_accuracy_match_numpy():
@@ -252,14 +256,24 @@ def test_cross_entropy_and_accuracy_match_numpy():
   scores[2, 9] = scores[2].max() + 1.0
   shifted = scores - scores.max(axis=1, keepdims=True)
   log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-  expected_loss = -np.mean(log_probs[np.arange(4), positive_index])
-  expected_accuracy = np.mean([
-      all(scores[bi, p] > scores[bi, cj] for cj in range(10) if cj != p)
-      for bi, p in enumerate(positive_index)])
+  expected_losses = -log_probs[np.arange(4), positive_index]
+  expected_accuracy = [all(scores[bi, p] > scores[bi, cj] for cj in range(10) if cj != p)
+                       for bi, p in enumerate(positive_index)]
   np.testing.assert_allclose(losses.in_batch_cross_entropy(scores, positive_index),
-                             expected_loss, rtol=1e-6)
-  np.testing.assert_allclose(losses.in_batch_accuracy(scores, positive_index), expected_accuracy)
-  assert expected_accuracy >= 0.25
+                             expected_losses, rtol=1e-6)
+  np.testing.assert_array_equal(losses.in_batch_accuracy(scores, positive_index),
+                                expected_accuracy)
+  assert 0 < sum(expected_accuracy) < 4
+
+
+def test_cross_entropy_gives_minus_infinity_no_probability():
+  scores = np.array([[0.5, -np.inf, 0.2, -np.inf]], np.float32)
+  positive_index = np.array([2])
+  loss, grad = jax.value_and_grad(
+      lambda s: losses.in_batch_cross_entropy(s, positive_index)[0])(scores)
+  np.testing.assert_allclose(loss, np.log(np.exp(0.5) + np.exp(0.2)) - 0.2, rtol=1e-6)
+  np.testing.assert_array_equal(grad[0, [1, 3]], 0.0)
+  assert np.isfinite(grad).all()
 
 
 def test_jit_shapes_and_float32_scores_from_bfloat16():
@@ -277,8 +291,8 @@ def test_jit_shapes_and_float32_scores_from_bfloat16():
   @functools.partial(jax.jit, static_argnames="k_train")
   def loss_and_grads(q, d, k_train):
     def loss(q, d):
-      return losses.in_batch_cross_entropy(losses.f_xtr(q, q_mask, d, d_mask, k_train),
-                                           positive_index)
+      return jnp.mean(losses.in_batch_cross_entropy(
+          losses.f_xtr(q, q_mask, d, d_mask, k_train), positive_index))
     return jax.value_and_grad(loss, argnums=(0, 1))(q, d)
 
   value, (grad_q, grad_d) = loss_and_grads(q16, d16, k_train=6)

@@ -57,8 +57,8 @@ def _unpadded(ids: np.ndarray) -> list[int]:
 
 
 def test_msmarco_source_matches_raw_file(msmarco_triples_path):
-  gin.bind_parameter("tasks.msmarco.triples_dataset.path", str(msmarco_triples_path))
-  triples = _texts(msmarco.triples_dataset("train", shuffle_files=False))
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
+  triples = _texts(msmarco.TriplesSource().get_dataset(shuffle=False))
   raw = _raw_triples(msmarco_triples_path)
   assert len(triples) == len(raw) == 100
   assert triples == [tuple(r) for r in raw]
@@ -72,7 +72,7 @@ def any_vocab(request, vocab, minilm_dir):
 
 @pytest.mark.parametrize("lengths", [LENGTHS, SHORT])
 def test_task_ids_equal_encode_batch(any_vocab, msmarco_triples_path, scifact_dir, lengths):
-  gin.bind_parameter("tasks.msmarco.triples_dataset.path", str(msmarco_triples_path))
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
   gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
   tasks.register_tasks(any_vocab)
   raw = {"msmarco_triples": _raw_triples(msmarco_triples_path),
@@ -104,7 +104,7 @@ def test_task_ids_equal_encode_batch(any_vocab, msmarco_triples_path, scifact_di
 def test_msmarco_malformed_line_names_file_and_line(vocab, tmp_path, line, problem):
   path = tmp_path / "triples.tsv"
   path.write_text(f"q1\tp1\tn1\nq2\tp2\tn2\n{line}\nq4\tp4\tn4\n", encoding="utf-8")
-  gin.bind_parameter("tasks.msmarco.triples_dataset.path", str(path))
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(path))
   tasks.register_tasks(vocab)
   ds = seqio.get_mixture_or_task("msmarco_triples").get_dataset(LENGTHS, shuffle=True, seed=0)
   with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"{path}:3: {problem}")):

@@ -14,6 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from xtr import models
+from xtr import objective
 from xtr import optimizers
 from xtr import partitioning
 from xtr import t5
@@ -32,16 +33,33 @@ def _batch(rng: np.random.Generator, num_queries=8, docs_per_query=2, lq=12, ld=
   return {"query_tokens": ids(num_queries, lq), "doc_tokens": ids(num_queries, docs_per_query, ld)}
 
 
-def _one_step(mesh, scoring, batch):
+def _one_step(mesh, scoring, batch, micro_batch_size=None):
   model = models.XTREncoder(backbone=t5.T5Encoder(TINY), embed_dim=16)
   optimizer = optimizers.make_optimizer(
       "adafactor", optimizers.warmup_constant(learning_rate=1e-2, warmup_steps=0))
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
     state, shardings = trainer.init_state(model, optimizer, mesh, jax.random.key(0))
-    train_step = trainer.make_train_step(model, optimizer, mesh, shardings, scoring, k_train=16)
+    train_step = trainer.make_train_step(model, optimizer, mesh, shardings,
+                                         objective.Objective(scoring, k_train=16,
+                                                             token_hit_rate=scoring == "xtr"),
+                                         micro_batch_size)
     initial = jax.device_get(state.params)
-    state, metrics = train_step(state, partitioning.global_batch(batch, mesh))
+    state, metrics = train_step(state, partitioning.global_batch(
+        batch, mesh, partitioning.data_layout(mesh)))
   return initial, jax.device_get(state.params), jax.device_get(metrics), state
+
+
+def _assert_same_step(step, reference):
+  """Equal loss and metrics, and equal parameters before and after the step (1e-5)."""
+  assert step[2].keys() == reference[2].keys()
+  for key in step[2]:
+    np.testing.assert_allclose(step[2][key], reference[2][key], atol=1e-5, rtol=1e-5,
+                               err_msg=key)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+               step[1], reference[1])
+  jax.tree.map(np.testing.assert_array_equal, step[0], reference[0])
+  changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.allclose(a, b), step[1], step[0]))
+  assert sum(changed) > len(changed) // 2  # The step really updated the parameters.
 
 
 @pytest.mark.parametrize("scoring", ["xtr", "colbert"])
@@ -54,14 +72,20 @@ def test_sharded_step_equals_single_device(scoring):
   mlp_sharding = sharded[3].params["backbone"]["layers_0"]["mlp"]["wi_0"]["kernel"].sharding
   assert mlp_sharding.mesh.shape == {"data": 4, "model": 2}
   assert mlp_sharding.spec == jax.sharding.PartitionSpec(None, "model")
-  np.testing.assert_allclose(sharded[2]["loss"], single[2]["loss"], atol=1e-5, rtol=1e-5)
-  for key in ("accuracy", "positive_token_hit_rate"):
-    np.testing.assert_allclose(sharded[2][key], single[2][key], atol=1e-6)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
-               sharded[1], single[1])
-  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), sharded[0], single[0])
-  changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.allclose(a, b), single[1], single[0]))
-  assert sum(changed) > len(changed) // 2  # The step really updated the parameters.
+  assert ("positive_token_hit_rate" in single[2]) == (scoring == "xtr")
+  _assert_same_step(sharded, single)
+
+
+@pytest.mark.parametrize("scoring", ["xtr", "colbert"])
+@pytest.mark.parametrize("mesh", ["one device", "(4, 2)"])
+def test_micro_batched_step_equals_whole_batch_step(scoring, mesh):
+  """Gradient caching: 16 queries in micro-batches of 8 (2 per data shard on (4, 2)) give the
+  step of the whole batch."""
+  batch = _batch(np.random.default_rng(1), num_queries=16)
+  mesh = (partitioning.make_mesh(devices=jax.devices()[:1]) if mesh == "one device" else
+          partitioning.make_mesh(num_partitions=2))
+  _assert_same_step(_one_step(mesh, scoring, batch, micro_batch_size=8),
+                    _one_step(mesh, scoring, batch))
 
 
 def _xtr_train(model_dir, *bindings, wait=True):

@@ -11,16 +11,22 @@ dependency). |d| and avgdl count tokens after stopword removal.
 """
 from collections.abc import Iterable, Sequence
 
-import bm25s
 import numpy as np
 
 K1 = 0.9
 B = 0.4
 
 
+def _bm25s():
+  """bm25s, imported on first use: its import runs a JAX computation, which would start JAX's
+  backend before `jax.distributed.initialize()` can run in a multi-host `xtr-train`."""
+  import bm25s  # pylint: disable=import-outside-toplevel
+  return bm25s
+
+
 def tokenize(texts: Iterable[str]) -> list[list[str]]:
   """The BM25 tokens of each text (see the module docstring)."""
-  return bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
+  return _bm25s().tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
 
 
 class Bm25:
@@ -30,7 +36,7 @@ class Bm25:
     if len(doc_ids) != len(docs):
       raise ValueError(f"{len(doc_ids)} doc ids for {len(docs)} docs")
     self.doc_ids = tuple(doc_ids)
-    self._index = bm25s.BM25(k1=k1, b=b, method="lucene")
+    self._index = _bm25s().BM25(k1=k1, b=b, method="lucene")
     self._index.index(tokenize(docs), show_progress=False)
 
   def scores(self, query: str) -> np.ndarray:

@@ -10,8 +10,9 @@ tokens are marked False in `q_mask` [B, n] / `d_mask` [C, m].
   (A_ij = 1), and f_xtr(Q, D) = (1/Z) sum_i max_j A_ij q_i.d_j with Z the number of query tokens
   that retrieved at least one token of D.
 
-Both are built from `token_scores` [B, n, C, m], which the trainer can compute once and share with
-`retrieval_mask` and `positive_token_hit_rate` (the token retrieval metric).
+Both are built from `token_scores` [B, n, C, m], which the objective computes once and shares with
+`retrieval_mask` and `positive_token_hits` (the token retrieval metric). `xtr.objective` applies
+them to a global batch sharded over the mesh.
 """
 import jax
 import jax.numpy as jnp
@@ -134,9 +135,9 @@ def f_xtr(q: jax.Array, q_mask: jax.Array, d: jax.Array, d_mask: jax.Array,
   return f_xtr_from_token_scores(scores, retrieval_mask(scores, q_mask, d_mask, k_train), d_mask)
 
 
-def positive_token_hit_rate(retrieved: jax.Array, q_mask: jax.Array,
-                            positive_index: jax.Array) -> jax.Array:
-  """Fraction of valid query tokens that retrieved at least one token of their positive document.
+def positive_token_hits(retrieved: jax.Array, q_mask: jax.Array,
+                        positive_index: jax.Array) -> jax.Array:
+  """Which valid query tokens retrieved at least one token of their positive document.
 
   Args:
     retrieved: [B, n, C, m] bool (`retrieval_mask`).
@@ -144,37 +145,36 @@ def positive_token_hit_rate(retrieved: jax.Array, q_mask: jax.Array,
     positive_index: [B] int, index in [0, C) of each query's positive document.
 
   Returns:
-    Scalar float32.
+    [B, n] bool, False for padding query tokens.
   """
   positive = jnp.take_along_axis(retrieved, positive_index[:, None, None, None], axis=2)
-  hit = jnp.any(positive, axis=(2, 3)) & q_mask
-  return jnp.sum(hit) / jnp.maximum(jnp.sum(q_mask), 1)
+  return jnp.any(positive, axis=(2, 3)) & q_mask
 
 
 def in_batch_cross_entropy(scores: jax.Array, positive_index: jax.Array) -> jax.Array:
-  """Mean softmax cross-entropy of the positive document over the raw scores of all C documents.
+  """Softmax cross-entropy of each query's positive document over the raw scores of all C
+  documents (a -inf score, e.g. a masked false negative, takes no probability).
 
   Args:
     scores: [B, C] f_colbert or f_xtr scores.
     positive_index: [B] int.
 
   Returns:
-    Scalar float32 loss.
+    [B] float32 losses; the training loss is their mean.
   """
-  losses = optax.softmax_cross_entropy_with_integer_labels(scores.astype(jnp.float32),
-                                                           positive_index)
-  return jnp.mean(losses)
+  return optax.softmax_cross_entropy_with_integer_labels(scores.astype(jnp.float32),
+                                                         positive_index)
 
 
 def in_batch_accuracy(scores: jax.Array, positive_index: jax.Array) -> jax.Array:
-  """Fraction of queries whose positive scores strictly above every other document (ties fail).
+  """Whether each query's positive scores strictly above every other document (ties fail).
 
   Args:
     scores: [B, C].
     positive_index: [B] int.
 
   Returns:
-    Scalar float32.
+    [B] float32, 1.0 where the positive is ranked first.
   """
   positive = jnp.take_along_axis(scores, positive_index[:, None], axis=1)
-  return jnp.mean(jnp.sum(scores >= positive, axis=1) == 1)
+  return (jnp.sum(scores >= positive, axis=1) == 1).astype(jnp.float32)

@@ -1,14 +1,18 @@
 """Device mesh, logical axis rules and shardings (t5x-style, on `jax.sharding`).
 
 Parameters carry logical axis names (vocab, embed, mlp, heads, ...); the rules below map them
-to the mesh axes `data` and `model`. Batches are split along `data`.
+to the mesh axes `data` and `model`. Batches are split along `data`; each host feeds the rows
+its devices hold (`data_layout`).
 """
+import collections
+import dataclasses
 from typing import Any, Sequence
 
 import flax.linen as nn
 import gin
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 DATA_AXIS = "data"
@@ -33,12 +37,31 @@ DEFAULT_RULES = (
 
 
 @gin.configurable
-def make_mesh(num_partitions: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
-  """A (data, model) mesh over `devices` (default: all), `num_partitions` wide on `model`."""
-  devices = np.asarray(jax.devices() if devices is None else devices)
-  if devices.size % num_partitions:
-    raise ValueError(f"num_partitions={num_partitions} does not divide {devices.size} devices.")
-  grid = devices.reshape(devices.size // num_partitions, num_partitions)
+def make_mesh(num_partitions: int = 1, dcn_mesh_shape: tuple[int, int] = (1, 1),
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A (data, model) mesh over `devices` (default: all), `num_partitions` wide on `model`.
+
+  Devices are placed by `mesh_utils.create_device_mesh`, so that on a TPU slice the model axis
+  (the most communication) runs over the fastest links. `dcn_mesh_shape` = (d, p) splits the mesh
+  over d·p granules joined by the slower data-center network: the TPU slices of a multi-slice
+  job, or the hosts (processes) when all devices are in one slice (or have none: GPU, CPU).
+  (k, 1) is the usual multi-slice layout (data parallelism across slices); (1, p) puts the model
+  axis across hosts. `mesh_utils.create_hybrid_device_mesh` builds the mesh from per-granule
+  (ICI) meshes of shape (data / d, num_partitions / p).
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  if len(devices) % num_partitions:
+    raise ValueError(f"num_partitions={num_partitions} does not divide {len(devices)} devices.")
+  shape = (len(devices) // num_partitions, num_partitions)
+  if tuple(dcn_mesh_shape) == (1, 1):
+    return Mesh(mesh_utils.create_device_mesh(shape, devices), (DATA_AXIS, MODEL_AXIS))
+  if any(n % g for n, g in zip(shape, dcn_mesh_shape)):
+    raise ValueError(f"dcn_mesh_shape={tuple(dcn_mesh_shape)} does not divide the (data, model) "
+                     f"mesh {shape}.")
+  ici_shape = [n // g for n, g in zip(shape, dcn_mesh_shape)]
+  one_slice = len({getattr(d, "slice_index", 0) for d in devices}) == 1
+  grid = mesh_utils.create_hybrid_device_mesh(ici_shape, dcn_mesh_shape, devices,
+                                              process_is_granule=one_slice)
   return Mesh(grid, (DATA_AXIS, MODEL_AXIS))
 
 
@@ -73,7 +96,43 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
 
 
-def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-  """Assembles each host's slice of the batch into global arrays sharded over `data`."""
+@dataclasses.dataclass(frozen=True)
+class DataLayout:
+  """Which rows of every global batch this host feeds (t5x's data layout).
+
+  The global batch is split into `num_shards` equal blocks of consecutive rows; this host feeds
+  block `shard_id`. Hosts whose devices hold the same rows (a model axis across hosts) get the
+  same block and read the same input shard, so they feed identical rows.
+  """
+  shard_id: int
+  num_shards: int
+
+
+def data_layout(mesh: Mesh) -> DataLayout:
+  """This host's `DataLayout` under `batch_sharding(mesh)`.
+
+  Raises:
+    ValueError: if hosts hold overlapping, uneven or non-consecutive blocks of rows (a mesh whose
+      data axis interleaves hosts); `make_mesh` never builds one.
+  """
+  rows = mesh.shape[DATA_AXIS]  # One row per data shard: every batch splits like this.
+  held = collections.defaultdict(set)
+  for device, index in batch_sharding(mesh).devices_indices_map((rows,)).items():
+    held[device.process_index].update(range(*index[0].indices(rows)))
+  blocks = sorted({tuple(sorted(r)) for r in held.values()})
+  consecutive = all(b == tuple(range(b[0], b[0] + len(b))) for b in blocks)
+  if not consecutive or sum(map(len, blocks)) != rows or len({len(b) for b in blocks}) != 1:
+    raise ValueError(f"The hosts of mesh {dict(mesh.shape)} hold the data shards {blocks}: "
+                     "each host must hold a block of consecutive data shards, equal in size and "
+                     "either disjoint from or equal to every other host's.")
+  return DataLayout(shard_id=blocks.index(tuple(sorted(held[jax.process_index()]))),
+                    num_shards=len(blocks))
+
+
+def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh,
+                 layout: DataLayout) -> dict[str, jax.Array]:
+  """Assembles each host's block of rows (`layout`) into global arrays sharded over `data`."""
   sharding = batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+  return {k: jax.make_array_from_process_local_data(
+              sharding, v, (v.shape[0] * layout.num_shards, *v.shape[1:]))
+          for k, v in local_batch.items()}

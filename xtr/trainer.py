@@ -1,10 +1,12 @@
 """A t5x-style trainer for XTR and T5-ColBERT: sharded init, a jitted train step, the loop.
 
-Data flows one way: batches of token ids -> token vectors (the model) -> in-batch scores
-(`f_xtr` or `f_colbert` over all documents of the *global* batch) -> cross-entropy.
-Because the train step is jitted over global arrays sharded on the `data` mesh axis, the
-in-batch top-`k_train` of `f_xtr` runs over every document token of the global batch.
+Data flows one way: batches of token ids -> token vectors (the model, at once or in
+micro-batches: `grad_cache`) -> in-batch scores (`f_xtr` or `f_colbert` of every query against
+every document of the *global* batch: `objective`) -> cross-entropy. The train step is jitted over
+global arrays sharded on the `data` mesh axis; each host feeds the rows its devices hold
+(`partitioning.data_layout`).
 """
+import functools
 import itertools
 import time
 from typing import Any, Callable
@@ -21,8 +23,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xtr import checkpoints
 from xtr import data
-from xtr import losses
+from xtr import grad_cache
 from xtr import models
+from xtr import objective as objective_lib
 from xtr import optimizers
 from xtr import partitioning
 
@@ -37,43 +40,64 @@ class TrainState:
   opt_state: Any
 
 
-def loss_and_metrics(params: Any, batch: dict[str, jax.Array], model: nn.Module, scoring: str,
-                     k_train: int, temperature: float = 1.0,
-                     dropout_rng: jax.Array | None = None):
-  """In-batch cross-entropy of every query against every document of the (global) batch.
+def encoder(model: nn.Module) -> grad_cache.Encode:
+  """`encode(params, token ids [N, L], dropout rng) -> (vectors [N, L, D], mask [N, L])`; a None
+  rng encodes deterministically (no dropout)."""
+  def encode(params, tokens, rng):
+    return model.apply({"params": params}, tokens, deterministic=rng is None,
+                       rngs=None if rng is None else {"dropout": rng})
+  return encode
+
+
+def loss_and_grads(params: Any, batch: dict[str, jax.Array], model: nn.Module,
+                   objective: objective_lib.Objective, mesh: Mesh,
+                   micro_batch_size: int | None = None,
+                   dropout_rngs: tuple[jax.Array, jax.Array] | None = None):
+  """((loss, metrics), parameter gradients) of the in-batch loss of the global batch.
 
   Args:
     batch: `query_tokens` [B, Lq] and `doc_tokens` [B, K, Ld]; document 0 of a row is the
-      positive of that row's query, K = 1 + negatives, so C = B * K documents in all.
-    scoring: "xtr" (f_xtr, top-`k_train` in-batch token retrieval) or "colbert" (f_colbert).
-    temperature: the softmax runs over scores / temperature.
-  Returns:
-    (loss, metrics): loss, accuracy (positive ranked first) and the fraction of query tokens
-    whose top-`k_train` holds a token of their positive document.
+      positive of that row's query, K = 1 + negatives, so C = B·K documents in all.
+    micro_batch_size: None encodes the batch at once; otherwise in micro-batches of that many
+      queries (`grad_cache`), and the loss scores the same number of queries at a time.
+    dropout_rngs: keys of the query and of the document encodings (None: no dropout).
   """
-  num_queries, docs_per_query, doc_length = batch["doc_tokens"].shape
-  rngs = None if dropout_rng is None else {"dropout": dropout_rng}
-  encode = lambda tokens: model.apply(
-      {"params": params}, tokens, deterministic=dropout_rng is None, rngs=rngs)
-  q, q_mask = encode(batch["query_tokens"])
-  d, d_mask = encode(batch["doc_tokens"].reshape(num_queries * docs_per_query, doc_length))
-  token_scores = losses.token_scores(q, d)  # [B, n, C, m]
-  retrieved = losses.retrieval_mask(token_scores, q_mask, d_mask, k_train)
-  if scoring == "xtr":
-    scores = losses.f_xtr_from_token_scores(token_scores, retrieved, d_mask)
-  elif scoring == "colbert":
-    scores = losses.f_colbert_from_token_scores(token_scores, q_mask, d_mask)
-  else:
-    raise ValueError(f"Unknown scoring {scoring!r}: expected 'xtr' or 'colbert'.")
-  positive_index = jnp.arange(num_queries) * docs_per_query
-  loss = losses.in_batch_cross_entropy(scores / temperature, positive_index)
-  metrics = {
-      "loss": loss,
-      "accuracy": losses.in_batch_accuracy(scores, positive_index),
-      "positive_token_hit_rate": losses.positive_token_hit_rate(
-          retrieved, q_mask, positive_index),
-  }
-  return loss, metrics
+  encode = encoder(model)
+  doc_tokens = batch["doc_tokens"].reshape(-1, batch["doc_tokens"].shape[-1])  # [C, Ld]
+  query_chunk = None if micro_batch_size is None else (
+      micro_batch_size // mesh.shape[partitioning.DATA_AXIS])
+  loss = lambda q, q_mask, d, d_mask: objective_lib.loss_and_metrics(
+      objective, q, q_mask, d, d_mask, doc_tokens, mesh, query_chunk)
+  if micro_batch_size is not None:
+    return grad_cache.value_and_grad(encode, loss, params, batch, micro_batch_size, mesh,
+                                     dropout_rngs)
+
+  def loss_of_params(params):
+    rngs = (None, None) if dropout_rngs is None else dropout_rngs
+    return loss(*encode(params, batch["query_tokens"], rngs[0]),
+                *encode(params, doc_tokens, rngs[1]))
+
+  return jax.value_and_grad(loss_of_params, has_aux=True)(params)
+
+
+def abstract_state(model: nn.Module, optimizer: optax.GradientTransformation,
+                   mesh: Mesh) -> TrainState:
+  """The TrainState as `jax.ShapeDtypeStruct`s carrying their shardings (nothing allocated).
+
+  Parameters are sharded by their logical axis rules; the optimizer state like its parameters
+  (`partitioning.opt_state_shardings`); the step is replicated.
+  """
+  init = functools.partial(_init_params, model)
+  boxed = jax.eval_shape(init, jax.random.key(0))
+  with_sharding = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+  param_shardings = partitioning.param_shardings(boxed, mesh)
+  params = jax.tree.map(with_sharding, jax.eval_shape(lambda r: nn.meta.unbox(init(r)),
+                                                      jax.random.key(0)), param_shardings)
+  opt_state = jax.eval_shape(optimizer.init, params)
+  opt_shardings = partitioning.opt_state_shardings(opt_state, params, param_shardings, mesh)
+  step = jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec()))
+  return TrainState(step=step, params=params,
+                    opt_state=jax.tree.map(with_sharding, opt_state, opt_shardings))
 
 
 def init_state(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
@@ -84,22 +108,22 @@ def init_state(model: nn.Module, optimizer: optax.GradientTransformation, mesh: 
   `pretrained` (e.g. {"backbone": tree, "projection": {"kernel": [H, D]}}) replaces the
   parameter subtree of that name.
   """
-  init = lambda r: model.init(r, jnp.ones((1, 8), jnp.int32))["params"]
-  boxed = jax.eval_shape(init, rng)
-  param_shardings = partitioning.param_shardings(boxed, mesh)
-  params = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=param_shardings)(rng)
+  shardings = jax.tree.map(lambda x: x.sharding, abstract_state(model, optimizer, mesh))
+  params = jax.jit(lambda r: nn.meta.unbox(_init_params(model, r)),
+                   out_shardings=shardings.params)(rng)
   params = dict(params)
   for name, subtree in (pretrained or {}).items():
     params[name] = jax.device_put(
-        _checked_like(name, subtree, params[name]), param_shardings[name])
-  opt_shardings = partitioning.opt_state_shardings(
-      jax.eval_shape(optimizer.init, params), params, param_shardings, mesh)
-  opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
-  replicated = NamedSharding(mesh, PartitionSpec())
-  state = TrainState(step=jax.device_put(jnp.zeros((), jnp.int32), replicated),
+        _checked_like(name, subtree, params[name]), shardings.params[name])
+  opt_state = jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params)
+  state = TrainState(step=jax.device_put(jnp.zeros((), jnp.int32), shardings.step),
                      params=params, opt_state=opt_state)
-  shardings = TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings)
   return state, shardings
+
+
+def _init_params(model: nn.Module, rng: jax.Array) -> Any:
+  """The model's (boxed) parameters."""
+  return model.init(rng, jnp.ones((1, 8), jnp.int32))["params"]
 
 
 def _checked_like(name: str, loaded: Any, reference: Any) -> Any:
@@ -115,17 +139,18 @@ def _checked_like(name: str, loaded: Any, reference: Any) -> Any:
   return loaded
 
 
-def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
-                    shardings: TrainState, scoring: str, k_train: int,
-                    temperature: float = 1.0, dropout_seed: int = 0):
-  """Returns the jitted `train_step(state, batch) -> (state, metrics)`."""
-  base_rng = jax.random.key(dropout_seed)
+def dropout_rngs(dropout_seed: int, step: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The dropout keys of a step: one for the query encodings, one for the documents'."""
+  return tuple(jax.random.split(jax.random.fold_in(jax.random.key(dropout_seed), step)))
 
+
+def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
+                    shardings: TrainState, objective: objective_lib.Objective,
+                    micro_batch_size: int | None = None, dropout_seed: int = 0):
+  """Returns the jitted `train_step(state, batch) -> (state, metrics)`."""
   def train_step(state: TrainState, batch: dict[str, jax.Array]):
-    dropout_rng = jax.random.fold_in(base_rng, state.step)
-    grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
-    (_, metrics), grads = grad_fn(state.params, batch, model, scoring, k_train, temperature,
-                                  dropout_rng)
+    (_, metrics), grads = loss_and_grads(state.params, batch, model, objective, mesh,
+                                         micro_batch_size, dropout_rngs(dropout_seed, state.step))
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics["grad_norm"] = optax.tree.norm(grads)
@@ -149,6 +174,8 @@ def train(model_dir: str = gin.REQUIRED,
           scoring: str = "xtr",
           k_train: int = 128,
           temperature: float = 1.0,
+          token_hit_rate: bool | None = None,
+          micro_batch_size: int | None = None,
           seed: int = 0,
           log_every_steps: int = 100,
           pretrained_backbone: Callable[[], Any] | None = None,
@@ -159,26 +186,43 @@ def train(model_dir: str = gin.REQUIRED,
     model_dir: checkpoints (`model_dir/checkpoints`) and TensorBoard events go here.
     model: an `xtr.models.XTREncoder` (from a gin/models/*.gin file).
     vocabulary: the model's vocabulary (tokenizes the task's text).
-    batch_size: the *global* number of queries per step; each host reads its share.
+    batch_size: the *global* number of queries per step; each host reads the rows its devices
+      hold (hosts sharing rows read the same input shard).
     task_feature_lengths: max tokens of {"query", "positive", "negative"}.
     scoring: "xtr" trains with f_xtr (top-`k_train` in-batch token retrieval), "colbert" with
       f_colbert (sum of max, T5-ColBERT).
     k_train: in-batch retrieval depth of f_xtr (also used by the hit-rate metric).
     temperature: divides the scores before the softmax. The paper's loss is the plain
       cross-entropy over f scores in [-1, 1] (temperature 1); a smaller one sharpens it.
+    token_hit_rate: log `positive_token_hit_rate`; None: only for "xtr", whose retrieval mask
+      gives it for free ("colbert" would need a top-k_train over the batch for it).
+    micro_batch_size: encode each step's batch in micro-batches of this many queries
+      (gradient caching, `xtr.grad_cache`): the same step in the memory of a micro-batch, for
+      an extra encoder forward pass. Divides `batch_size`; divisible by the data axis.
     pretrained_backbone: returns backbone params (e.g. `xtr.hf_weights.load_backbone`).
     projection_init: "random" (the model's initializer) or "pca": the projection starts as
       the top principal directions of the pretrained backbone's token vectors on the first
       training examples (`models.pca_projection`), which keeps the pretrained MaxSim geometry.
   """
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
+  objective = objective_lib.Objective(
+      scoring, k_train, temperature, scoring == "xtr" if token_hit_rate is None else token_hit_rate)
   mesh = partitioning.make_mesh()
-  if batch_size % mesh.shape[partitioning.DATA_AXIS]:
-    raise ValueError(f"batch_size={batch_size} is not divisible by the data axis "
-                     f"({mesh.shape[partitioning.DATA_AXIS]}).")
+  num_data_shards = mesh.shape[partitioning.DATA_AXIS]
+  if batch_size % num_data_shards:
+    raise ValueError(f"trainer.train.batch_size={batch_size} is not divisible by the data axis "
+                     f"({num_data_shards}).")
+  if micro_batch_size is not None and (batch_size % micro_batch_size
+                                       or micro_batch_size % num_data_shards):
+    raise ValueError(f"trainer.train.micro_batch_size={micro_batch_size} must divide batch_size="
+                     f"{batch_size} and be divisible by the data axis ({num_data_shards}).")
+  layout = partitioning.data_layout(mesh)
+  print(f"Mesh {dict(mesh.shape)}: process {jax.process_index()} of {jax.process_count()} feeds "
+        f"block {layout.shard_id} of {layout.num_shards} of every batch "
+        f"({batch_size // layout.num_shards} of {batch_size} queries).", flush=True)
   iterator = iter(data.get_dataset(
-      task_name, vocabulary, lengths, batch_size // jax.process_count(), seed,
-      shard_id=jax.process_index(), num_shards=jax.process_count()))
+      task_name, vocabulary, lengths, batch_size // layout.num_shards, seed,
+      shard_id=layout.shard_id, num_shards=layout.num_shards))
   optimizer = optimizers.make_optimizer()
   first_batches = lambda: data.get_dataset(task_name, vocabulary, lengths, batch_size, seed)
   checkpointer = checkpoints.Checkpointer(model_dir)
@@ -187,17 +231,15 @@ def train(model_dir: str = gin.REQUIRED,
                 _pretrained(model, pretrained_backbone, projection_init, first_batches))
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
     state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
-    abstract = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
-    restored = checkpointer.restore_latest(abstract, iterator)
+    restored = checkpointer.restore_latest(abstract_state(model, optimizer, mesh), iterator)
     if restored is not None:
       state = restored
       print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
-    train_step = make_train_step(model, optimizer, mesh, shardings, scoring, k_train,
-                                 temperature, seed)
+    train_step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
+                                 seed)
     if num_steps == 0:  # Saves the initial (e.g. pretrained, untuned) model, to export it.
       checkpointer.maybe_save(0, state, iterator, force=True)
-    state = _loop(state, train_step, iterator, mesh, checkpointer, model_dir, num_steps,
+    state = _loop(state, train_step, iterator, mesh, layout, checkpointer, model_dir, num_steps,
                   log_every_steps)
   checkpointer.close()
   return state
@@ -223,14 +265,14 @@ def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
   return pretrained
 
 
-def _loop(state, train_step, iterator, mesh, checkpointer, model_dir, num_steps, log_every_steps):
+def _loop(state, train_step, iterator, mesh, layout, checkpointer, model_dir, num_steps,
+          log_every_steps):
   """Runs steps until `num_steps`, logging and checkpointing; returns the final state."""
   writer = metric_writers.SummaryWriter(model_dir) if jax.process_index() == 0 else None
   start_step = int(state.step)
   start_time = time.time()
   for step in range(start_step + 1, num_steps + 1):
-    batch = partitioning.global_batch(
-        jax.tree.map(np.asarray, next(iterator)), mesh)
+    batch = partitioning.global_batch(jax.tree.map(np.asarray, next(iterator)), mesh, layout)
     state, metrics = train_step(state, batch)
     if step % log_every_steps == 0 or step in (start_step + 1, num_steps):
       metrics = jax.tree.map(float, jax.device_get(metrics))

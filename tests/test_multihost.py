@@ -1,0 +1,113 @@
+"""Multi-host training on this machine: `xtr-train --multihost` in 2 processes of 4 CPU devices
+each (jax.distributed on 127.0.0.1, gloo collectives) against one process of 8 devices.
+
+Two meshes: (8, 1), where each process feeds its own half of every batch, read from its own
+file of the triples (split in two), and (4, 2) with the model axis split across the processes,
+where both processes hold every row and feed the same rows. After 3 steps, the losses and the
+parameters equal the single-process run's. Shuffling is off, so that every run's global batches
+hold the same rows (for (8, 1), host 0's file first, where one process reads the two files in
+turn): the in-batch loss does not depend on the order of the queries.
+"""
+import os
+import pathlib
+import re
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xtr import encoding
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+STEPS = 3
+BINDINGS = (f"trainer.train.num_steps = {STEPS}", "trainer.train.log_every_steps = 1",
+            f"checkpoints.Checkpointer.save_every_steps = {STEPS}",
+            "xtr.data.get_dataset.shuffle = False")
+TIMEOUT_S = 300
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def triples(tmp_path_factory, msmarco_triples_path) -> str:
+  """The 100 triples in two files of 50: the glob pattern of the files."""
+  directory = tmp_path_factory.mktemp("triples")
+  lines = msmarco_triples_path.read_text(encoding="utf-8").splitlines(keepends=True)
+  for i in range(2):
+    (directory / f"triples-{i}.tsv").write_text("".join(lines[50 * i:50 * (i + 1)]))
+  return str(directory / "triples-*.tsv")
+
+
+def _train(model_dir, triples: str, num_processes: int, *bindings: str) -> list[str]:
+  """Runs `xtr-train` on gin/runs/smoke.gin in `num_processes` processes sharing 8 CPU devices;
+  returns each process's output. Stops every process on failure or timeout."""
+  devices = 8 // num_processes
+  command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke.gin",
+             f"--gin_bindings=MODEL_DIR = '{model_dir}'",
+             f"--gin_bindings=TRIPLES_PATH = '{triples}'",
+             *[f"--gin_bindings={b}" for b in (*BINDINGS, *bindings)]]
+  if num_processes > 1:
+    command += ["--multihost", f"--coordinator_address=127.0.0.1:{_free_port()}",
+                f"--num_processes={num_processes}"]
+  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+  processes = [
+      subprocess.Popen(command + ([f"--process_id={i}"] if num_processes > 1 else []), cwd=REPO,
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for i in range(num_processes)]
+  try:
+    outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in processes]
+  finally:
+    for p in processes:
+      p.kill()
+      p.wait()
+  for p, output in zip(processes, outputs):
+    assert p.returncode == 0, output[-3000:]
+  return outputs
+
+
+def _losses(model_dir) -> dict[int, float]:
+  """The loss of every step, from the TensorBoard events that process 0 writes."""
+  losses = {}
+  for path in tf.io.gfile.glob(str(model_dir / "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == "loss":
+          losses[event.step] = float(tf.make_ndarray(value.tensor))
+  return losses
+
+
+@pytest.fixture(scope="module")
+def single_process(tmp_path_factory, triples):
+  model_dir = tmp_path_factory.mktemp("single")
+  output, = _train(model_dir, triples, 1)
+  assert "Mesh {'data': 8, 'model': 1}" in output
+  return _losses(model_dir), encoding.load_params(str(model_dir))
+
+
+@pytest.mark.parametrize("mesh,bindings,feeds", [
+    ("(8, 1)", (), ["block 0 of 2", "block 1 of 2"]),
+    ("(4, 2), model across processes",
+     ("partitioning.make_mesh.num_partitions = 2",
+      "partitioning.make_mesh.dcn_mesh_shape = (1, 2)"),
+     ["block 0 of 1", "block 0 of 1"]),
+])
+def test_two_processes_train_like_one(tmp_path, triples, single_process, mesh, bindings, feeds):
+  del mesh
+  outputs = _train(tmp_path, triples, 2, *bindings)
+  for process, (output, block) in enumerate(zip(outputs, feeds)):
+    assert re.search(f"process {process} of 2 feeds {block}", output), output[-3000:]
+  reference_losses, reference_params = single_process
+  losses = _losses(tmp_path)
+  assert sorted(losses) == list(range(1, STEPS + 1))
+  np.testing.assert_allclose([losses[s] for s in sorted(losses)],
+                             [reference_losses[s] for s in sorted(losses)], atol=1e-5, rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+               encoding.load_params(str(tmp_path)), reference_params)

@@ -1,0 +1,162 @@
+"""xtr/objective.py: the sharded in-batch loss against a global reference built from xtr.losses
+(itself tested against loops), in-batch false negatives against a loop, and per-device memory
+from XLA's memory analysis."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from xtr import losses
+from xtr import objective
+from xtr import partitioning
+
+B, N, K, M, DIM, LD = 8, 5, 2, 6, 8, 4  # queries, query tokens, docs per query, doc tokens, ...
+
+
+def _batch(seed: int, duplicates: dict[int, int] | None = None):
+  """Random unit token vectors and masks for B queries and C = B·K documents; `duplicates`
+  {c: c'} makes document c a copy of document c' (vectors, mask and token ids)."""
+  rng = np.random.default_rng(seed)
+  unit = lambda x: (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+  q, d = unit(rng.normal(size=(B, N, DIM))), unit(rng.normal(size=(B * K, M, DIM)))
+  q_mask, d_mask = rng.random((B, N)) < 0.7, rng.random((B * K, M)) < 0.7
+  q_mask[:, 0] = d_mask[:, 0] = True
+  doc_tokens = rng.integers(1, 1000, size=(B * K, LD)).astype(np.int32)
+  for c, original in (duplicates or {}).items():
+    d[c], d_mask[c], doc_tokens[c] = d[original], d_mask[original], doc_tokens[original]
+  return q, q_mask, d, d_mask, doc_tokens
+
+
+def _false_negatives(doc_tokens: np.ndarray) -> np.ndarray:
+  """[B, C] bool, by loops: documents other than query b's positive with its token ids."""
+  mask = np.zeros((B, B * K), bool)
+  for b in range(B):
+    for c in range(B * K):
+      mask[b, c] = c != b * K and list(doc_tokens[c]) == list(doc_tokens[b * K])
+  return mask
+
+
+def _reference(objective_, q, q_mask, d, d_mask, doc_tokens):
+  """(loss, metrics) on the global arrays: xtr.losses, then the masked mean cross-entropy."""
+  positive_index = np.arange(B) * K
+  scores = losses.token_scores(q, d)
+  retrieved = losses.retrieval_mask(scores, q_mask, d_mask, objective_.k_train)
+  if objective_.scoring == "xtr":
+    f = losses.f_xtr_from_token_scores(scores, retrieved, d_mask)
+  else:
+    f = losses.f_colbert_from_token_scores(scores, q_mask, d_mask)
+  f = jnp.where(_false_negatives(doc_tokens), -jnp.inf, f / objective_.temperature)
+  loss = jnp.mean(losses.in_batch_cross_entropy(f, positive_index))
+  hits = losses.positive_token_hits(retrieved, q_mask, positive_index)
+  return loss, {"loss": loss, "accuracy": jnp.mean(losses.in_batch_accuracy(f, positive_index)),
+                "positive_token_hit_rate": jnp.sum(hits) / jnp.sum(q_mask)}
+
+
+def _sharded(objective_, mesh, batch, query_chunk=None):
+  """(loss, metrics), (d loss / d q, d loss / d d) of the objective on `mesh`."""
+  placed = [jax.device_put(x, NamedSharding(mesh, PartitionSpec("data"))) for x in batch]
+  q, q_mask, d, d_mask, doc_tokens = placed
+
+  def loss(q, d):
+    return objective.loss_and_metrics(objective_, q, q_mask, d, d_mask, doc_tokens, mesh,
+                                      query_chunk)
+
+  with jax.set_mesh(mesh):
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(q, d)
+
+
+MESHES = {"one device": dict(devices=jax.devices()[:1]), "(8, 1)": {},
+          "(4, 2)": dict(num_partitions=2)}
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("scoring,k_train,query_chunk",
+                         [("xtr", 3, None), ("xtr", 40, 1), ("colbert", 5, None)])
+def test_sharded_objective_equals_global_reference(mesh, scoring, k_train, query_chunk):
+  """Values and gradients; query 1's positive is query 3's negative and query 5's positive."""
+  batch = _batch(0, duplicates={3 * K + 1: 1 * K, 5 * K: 1 * K})
+  objective_ = objective.Objective(scoring, k_train, temperature=0.5)
+  mesh = partitioning.make_mesh(**MESHES[mesh])
+  if query_chunk is not None and B // mesh.shape["data"] == 1:
+    query_chunk = None  # One query per device: nothing to chunk.
+  (loss, metrics), grads = _sharded(objective_, mesh, batch, query_chunk)
+  (ref_loss, ref_metrics), ref_grads = jax.value_and_grad(
+      lambda q, d: _reference(objective_, q, batch[1], d, *batch[3:]), argnums=(0, 1),
+      has_aux=True)(batch[0], batch[2])
+  np.testing.assert_allclose(loss, ref_loss, rtol=1e-6)
+  assert metrics.keys() == ref_metrics.keys()
+  for key in metrics:
+    np.testing.assert_allclose(metrics[key], ref_metrics[key], rtol=1e-6, err_msg=key)
+  for grad, ref_grad in zip(grads, ref_grads):
+    np.testing.assert_allclose(grad, ref_grad, atol=1e-6)
+
+
+def test_query_chunks_equal_all_queries_at_once():
+  batch = _batch(1)
+  objective_ = objective.Objective("xtr", 7)
+  mesh = partitioning.make_mesh(devices=jax.devices()[:2])
+  (loss, metrics), grads = _sharded(objective_, mesh, batch)
+  for chunk in (1, 2):
+    (chunked_loss, chunked_metrics), chunked_grads = _sharded(objective_, mesh, batch, chunk)
+    np.testing.assert_allclose(chunked_loss, loss, rtol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                 (chunked_metrics, chunked_grads), (metrics, grads))
+  with pytest.raises(ValueError, match="query_chunk=3 does not divide the 4 queries"):
+    _sharded(objective_, mesh, batch, 3)
+
+
+def test_false_negatives_leave_the_softmax():
+  """A copy of query 0's positive among the batch: f_ColBERT scores it like the positive, so it
+  would take half the probability; masked, the loss is the cross-entropy over the other
+  documents, computed here by a loop."""
+  batch = _batch(2, duplicates={2 * K + 1: 0})  # query 2's negative is query 0's positive
+  q, q_mask, d, d_mask, doc_tokens = batch
+  mesh = partitioning.make_mesh()
+  (_, metrics), _ = _sharded(objective.Objective("colbert", 1, token_hit_rate=False), mesh, batch)
+  assert set(metrics) == {"loss", "accuracy"}  # no hit rate unless asked
+  scores = np.asarray(losses.f_colbert(q, q_mask, d, d_mask), np.float64)
+  assert scores[0, 0] == scores[0, 2 * K + 1]
+  expected, correct = [], 0
+  for b in range(B):
+    negatives = [c for c in range(B * K)
+                 if c != b * K and list(doc_tokens[c]) != list(doc_tokens[b * K])]
+    assert len(negatives) == B * K - 1 - (b in (0,))
+    expected.append(np.log(np.exp(scores[b, [b * K, *negatives]]).sum()) - scores[b, b * K])
+    correct += all(scores[b, b * K] > scores[b, c] for c in negatives)
+  np.testing.assert_allclose(metrics["loss"], np.mean(expected), rtol=1e-5)
+  np.testing.assert_allclose(metrics["accuracy"], correct / B, rtol=1e-6)
+  # Query 2 still counts the copy as its negative: only the positive's own query masks it.
+  query_2 = np.log(np.exp(scores[2]).sum()) - scores[2, 2 * K]
+  np.testing.assert_allclose(expected[2], query_2, rtol=1e-6)
+
+
+def test_loss_memory_falls_with_data_shards():
+  """Per-device temporaries of the loss and its gradient (XLA's memory analysis, deterministic):
+  with 8 data shards at most 1/4 of one shard's (1/8 plus the gathered documents)."""
+  b, n, k, m, dim = 64, 16, 2, 32, 16
+  objective_ = objective.Objective("xtr", 32)
+
+  def temp_bytes(num_devices: int) -> int:
+    mesh = partitioning.make_mesh(devices=jax.devices()[:num_devices])
+    spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct(
+        shape, dtype, sharding=NamedSharding(mesh, PartitionSpec("data")))
+    args = (spec(b, n, dim), spec(b, n, dtype=bool), spec(b * k, m, dim),
+            spec(b * k, m, dtype=bool), spec(b * k, m, dtype=jnp.int32))
+
+    def loss_and_grads(q, q_mask, d, d_mask, doc_tokens):
+      return jax.grad(lambda q, d: objective.loss_and_metrics(
+          objective_, q, q_mask, d, d_mask, doc_tokens, mesh)[0], argnums=(0, 1))(q, d)
+
+    with jax.set_mesh(mesh):
+      compiled = jax.jit(loss_and_grads).lower(*args).compile()
+    return compiled.memory_analysis().temp_size_in_bytes
+
+  one, eight = temp_bytes(1), temp_bytes(8)
+  assert one > b * n * b * k * m * 4  # at least the [B, n, C, m] float32 token scores
+  assert eight <= one / 4, (one, eight)
+
+
+def test_unknown_scoring_is_refused():
+  with pytest.raises(ValueError, match="Unknown scoring 'aligner'"):
+    objective.Objective("aligner", 8)

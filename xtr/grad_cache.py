@@ -1,0 +1,95 @@
+"""Gradient caching (GradCache, Gao et al. 2021): an in-batch loss over a large global batch with
+the encoder memory of one micro-batch.
+
+1. Encode the batch micro-batch by micro-batch, keeping only the token vectors (no activations).
+2. Compute the in-batch loss over all of them and its gradient with respect to the vectors.
+3. Re-encode each micro-batch and back-propagate its slice of that gradient into the parameters;
+   the parameter gradient is the sum over micro-batches.
+
+This is the gradient of the loss with the whole batch encoded at once: the encoder treats rows
+independently, and a micro-batch draws the same dropout masks in steps 1 and 3. Micro-batch i
+takes rows i·u … (i+1)·u - 1 of every data shard's B/S rows (u = micro_batch_size / S), so each
+micro-batch stays spread over the whole mesh and no rows move between devices.
+
+Shapes: B queries of Lq ids, K documents of Ld ids per query, M = B / micro_batch_size.
+"""
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from xtr import partitioning
+
+# (params, token ids [N, L], dropout rng or None) -> (vectors [N, L, D], mask [N, L]).
+Encode = Callable[[Any, jax.Array, jax.Array | None], tuple[jax.Array, jax.Array]]
+# (q [B, n, D], q_mask [B, n], d [C, m, D], d_mask [C, m]) -> (loss, metrics).
+Loss = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], tuple[jax.Array, Any]]
+
+
+def value_and_grad(encode: Encode, loss: Loss, params: Any, batch: dict[str, jax.Array],
+                   micro_batch_size: int, mesh: Mesh,
+                   dropout_rngs: tuple[jax.Array, jax.Array] | None = None):
+  """((loss, metrics), gradient of the loss with respect to `params`), in micro-batches.
+
+  Args:
+    encode: the token encoder; loss: the in-batch loss over the encoded global batch.
+    batch: `query_tokens` [B, Lq] and `doc_tokens` [B, K, Ld], sharded over `data`.
+    micro_batch_size: queries encoded at once (with their K documents each); divides B and is
+      divisible by the mesh's data size S.
+    dropout_rngs: keys of the query and of the document encodings (None: no dropout).
+  """
+  num_queries, docs_per_query, doc_length = batch["doc_tokens"].shape
+  num_shards = mesh.shape[partitioning.DATA_AXIS]
+  if num_queries % micro_batch_size or micro_batch_size % num_shards:
+    raise ValueError(f"micro_batch_size={micro_batch_size} must divide the batch ({num_queries}) "
+                     f"and be divisible by the data axis ({num_shards}).")
+  num_micro = num_queries // micro_batch_size
+  split = lambda x: _split(x, num_micro, mesh)
+  merge = lambda x: _merge(x, mesh)
+  tokens = (jnp.arange(num_micro), split(batch["query_tokens"]), split(batch["doc_tokens"]))
+
+  def encode_micro(params, index, query_tokens, doc_tokens):
+    """[u, Lq], [u, K, Ld] ids -> ((q [u, n, D], d [u, K, m, D]), (q_mask, d_mask))."""
+    rng = lambda i: None if dropout_rngs is None else jax.random.fold_in(dropout_rngs[i], index)
+    q, q_mask = encode(params, query_tokens, rng(0))
+    d, d_mask = encode(params, doc_tokens.reshape(-1, doc_length), rng(1))
+    per_query = lambda x: x.reshape(*doc_tokens.shape[:2], *x.shape[1:])
+    return (q, per_query(d)), (q_mask, per_query(d_mask))
+
+  (q, d), (q_mask, d_mask) = jax.lax.map(lambda args: encode_micro(params, *args), tokens)
+  docs = lambda x: merge(x).reshape(-1, *x.shape[3:])  # [M, u, K, m, ...] -> [C, m, ...]
+  (value, metrics), (grad_q, grad_d) = jax.value_and_grad(
+      lambda q, d: loss(q, merge(q_mask), d, docs(d_mask)),
+      argnums=(0, 1), has_aux=True)(merge(q), docs(d))
+  grad_d = grad_d.reshape(num_queries, docs_per_query, *grad_d.shape[1:])
+
+  def backward(total: Any, args) -> tuple[Any, None]:
+    *micro, grad_q_i, grad_d_i = args
+    _, vjp = jax.vjp(lambda p: encode_micro(p, *micro)[0], params)
+    (grads,) = vjp((grad_q_i, grad_d_i))
+    return jax.tree.map(jnp.add, total, grads), None
+
+  grads, _ = jax.lax.scan(backward, jax.tree.map(jnp.zeros_like, params),
+                          (*tokens, split(grad_q), split(grad_d)))
+  return (value, metrics), grads
+
+
+def _split(x: jax.Array, num_micro: int, mesh: Mesh) -> jax.Array:
+  """[B, ...] -> [M, B/M, ...]: micro-batch i holds rows i·u … (i+1)·u - 1 of every shard."""
+  num_shards = mesh.shape[partitioning.DATA_AXIS]
+  rows = x.reshape(num_shards, num_micro, -1, *x.shape[1:]).swapaxes(0, 1)
+  return _on_data(rows.reshape(num_micro, -1, *x.shape[1:]), mesh, axis=1)
+
+
+def _merge(x: jax.Array, mesh: Mesh) -> jax.Array:
+  """The inverse of `_split`: [M, B/M, ...] -> [B, ...]."""
+  num_shards = mesh.shape[partitioning.DATA_AXIS]
+  rows = x.reshape(x.shape[0], num_shards, -1, *x.shape[2:]).swapaxes(0, 1)
+  return _on_data(rows.reshape(-1, *x.shape[2:]), mesh, axis=0)
+
+
+def _on_data(x: jax.Array, mesh: Mesh, axis: int) -> jax.Array:
+  """`x` with dimension `axis` sharded over `data` (the rest replicated)."""
+  spec = PartitionSpec(*[None] * axis, partitioning.DATA_AXIS)
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))

@@ -1,0 +1,137 @@
+"""The in-batch training objective on a global batch sharded over the mesh.
+
+Every query is scored (f_xtr, eq. 2, or f_colbert, eq. 1) against every document of the *global*
+batch, and the loss is the softmax cross-entropy of its positive. XLA does not partition
+`lax.top_k` along batch dimensions, so jitting `xtr.losses` over sharded arrays would gather the
+whole [B, n, C, m] token score tensor onto every device. Here the split is explicit
+(`jax.shard_map` over the `data` axis): each device keeps its B/S queries (S data shards),
+gathers the document token vectors of the batch once (C·m·D values) and scores its queries
+against all of them. Token retrieval is per query token, so each device's top-k_train is exactly
+the global one; the per-query sums are then added up over the mesh. Per-device memory is
+O(B/S · n · C · m), or O(chunk · n · C · m) with `query_chunk` (the chunks are recomputed in the
+backward pass instead of being stored).
+
+False negatives: a document whose token ids equal a query's positive (the same document, drawn
+again as another query's positive or negative) is not a negative of that query; its score is
+masked out of the softmax. Equal ids is what "the same document" means to the model; it needs no
+document ids from the data (the MS MARCO triples have none).
+
+Shapes: B queries of n tokens, C = B·K documents of m tokens (K per query: rows b·K … b·K+K-1
+belong to query b and row b·K is its positive), D the token vector size, Ld document token ids.
+"""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec
+
+from xtr import losses
+from xtr import partitioning
+
+SCORINGS = ("xtr", "colbert")
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """What the in-batch loss scores and reports.
+
+  Attributes:
+    scoring: "xtr" (f_xtr, top-`k_train` in-batch token retrieval) or "colbert" (f_colbert).
+    k_train: document tokens each query token retrieves among the C·m of the global batch.
+    temperature: the softmax runs over scores / temperature.
+    token_hit_rate: report `positive_token_hit_rate`, the fraction of valid query tokens whose
+      top-k_train holds a token of their positive. Free under "xtr" (its retrieval mask is
+      computed anyway); under "colbert" it costs a top-k_train over the batch.
+  """
+  scoring: str = "xtr"
+  k_train: int = 128
+  temperature: float = 1.0
+  token_hit_rate: bool = True
+
+  def __post_init__(self):
+    if self.scoring not in SCORINGS:
+      raise ValueError(f"Unknown scoring {self.scoring!r}: expected one of {SCORINGS}.")
+
+
+def loss_and_metrics(objective: Objective, q: jax.Array, q_mask: jax.Array, d: jax.Array,
+                     d_mask: jax.Array, doc_tokens: jax.Array, mesh: Mesh,
+                     query_chunk: int | None = None):
+  """The mean in-batch cross-entropy over the global batch, and its metrics.
+
+  Args:
+    q: [B, n, D] query token vectors; q_mask: [B, n] bool.
+    d: [C, m, D] document token vectors; d_mask: [C, m] bool.
+    doc_tokens: [C, Ld] int token ids of the documents (equal ids: the same document).
+    mesh: the (data, model) mesh; B must be divisible by its `data` size S.
+    query_chunk: queries per device scored at once; must divide B/S (default B/S: all of them).
+
+  Returns:
+    (loss, metrics): scalars; metrics holds loss, accuracy (positive ranked strictly first) and,
+    if `objective.token_hit_rate`, positive_token_hit_rate.
+  """
+  shard = PartitionSpec(partitioning.DATA_AXIS)
+  sums = jax.shard_map(
+      functools.partial(_shard_sums, objective, query_chunk=query_chunk), mesh=mesh,
+      in_specs=(shard,) * 5, out_specs=PartitionSpec())(q, q_mask, d, d_mask, doc_tokens)
+  num_queries = q.shape[0]
+  loss = sums["loss"] / num_queries
+  metrics = {"loss": loss, "accuracy": sums["accuracy"] / num_queries}
+  if objective.token_hit_rate:
+    metrics["positive_token_hit_rate"] = sums["token_hits"] / jnp.maximum(sums["query_tokens"], 1)
+  return loss, metrics
+
+
+def _shard_sums(objective: Objective, q, q_mask, d, d_mask, doc_tokens, query_chunk):
+  """One data shard: sums over its b queries [b, ...] of their losses and metrics against the
+  documents of the whole batch (its own [b·K, ...] documents gathered from every shard)."""
+  num_queries = q.shape[0]
+  docs_per_query = d.shape[0] // num_queries
+  gather = functools.partial(jax.lax.all_gather, axis_name=partitioning.DATA_AXIS, tiled=True)
+  batch_docs = (gather(d), gather(d_mask), gather(doc_tokens))
+  first_query = jax.lax.axis_index(partitioning.DATA_AXIS) * num_queries
+  positive_index = (first_query + jnp.arange(num_queries)) * docs_per_query  # [b], in [0, C)
+  queries = (q, q_mask, positive_index, doc_tokens[::docs_per_query])
+  chunk = query_chunk or num_queries
+  if num_queries % chunk:
+    raise ValueError(f"query_chunk={chunk} does not divide the {num_queries} queries per device.")
+  sums_of = functools.partial(_query_sums, objective, batch_docs)
+  if chunk == num_queries:
+    sums = sums_of(queries)
+  else:
+    chunks = jax.tree.map(lambda x: x.reshape(num_queries // chunk, chunk, *x.shape[1:]), queries)
+    sums = jax.tree.map(lambda x: jnp.sum(x, axis=0),
+                        jax.lax.map(jax.checkpoint(sums_of), chunks))
+  return jax.tree.map(lambda x: jax.lax.psum(x, partitioning.DATA_AXIS), sums)
+
+
+def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Array]:
+  """Sums over a chunk of queries.
+
+  Args:
+    batch_docs: (d [C, m, D], d_mask [C, m], doc_tokens [C, Ld]) of the global batch.
+    queries: (q [c, n, D], q_mask [c, n], positive_index [c], positive_tokens [c, Ld]).
+
+  Returns:
+    {"loss", "accuracy"} summed over the c queries; with the hit rate, {"token_hits",
+    "query_tokens"} summed over their valid tokens.
+  """
+  d, d_mask, doc_tokens = batch_docs
+  q, q_mask, positive_index, positive_tokens = queries
+  token_scores = losses.token_scores(q, d)  # [c, n, C, m]
+  retrieved = None
+  if objective.scoring == "xtr" or objective.token_hit_rate:
+    retrieved = losses.retrieval_mask(token_scores, q_mask, d_mask, objective.k_train)
+  if objective.scoring == "xtr":
+    scores = losses.f_xtr_from_token_scores(token_scores, retrieved, d_mask)
+  else:
+    scores = losses.f_colbert_from_token_scores(token_scores, q_mask, d_mask)
+  same_document = jnp.all(positive_tokens[:, None, :] == doc_tokens[None], axis=-1)  # [c, C]
+  false_negative = same_document & (jnp.arange(d.shape[0]) != positive_index[:, None])
+  scores = jnp.where(false_negative, -jnp.inf, scores / objective.temperature)
+  sums = {"loss": jnp.sum(losses.in_batch_cross_entropy(scores, positive_index)),
+          "accuracy": jnp.sum(losses.in_batch_accuracy(scores, positive_index))}
+  if objective.token_hit_rate:
+    sums["token_hits"] = jnp.sum(losses.positive_token_hits(retrieved, q_mask, positive_index))
+    sums["query_tokens"] = jnp.sum(q_mask)
+  return sums
