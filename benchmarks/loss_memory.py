@@ -4,11 +4,11 @@ XLA's `compiled.memory_analysis()` gives each device's temporary and argument by
 run or allocated, so the paper's shapes can be compiled on simulated CPU devices:
 
   .venv/bin/python benchmarks/loss_memory.py [--shapes=reduced,paper] [--meshes=1x1,8x1,4x2]
-  NUM_CPU_DEVICES=64 .venv/bin/python benchmarks/loss_memory.py --meshes=64x1,32x2
+  NUM_CPU_DEVICES=64 .venv/bin/python benchmarks/loss_memory.py --shapes=paper --meshes=64x1,32x2
 
-Per device: "loss temporaries" of the in-batch loss and its gradient alone (token vectors in,
-no encoder); "step temporaries" and "step arguments" (parameters, optimizer state, batch) of the
-whole train step. Rows compare the in-batch objective of `xtr.objective` ("sharded": queries
+MiB per device: "loss temporaries" of the in-batch loss and its gradient alone (token vectors
+in, no encoder); "step temporaries" and "step arguments" (parameters, optimizer state, batch) of
+the whole train step. Rows compare the in-batch objective of `xtr.objective` ("sharded": queries
 sharded over `data`, documents gathered once) with the loss that the trainer jitted before it
 ("global": `xtr.losses` on the global [B, n, C, m] token scores, left to XLA's SPMD partitioner,
 which replicates the top-k), and with gradient caching ("grad_cache": sharded, in micro-batches
@@ -69,12 +69,19 @@ SHAPES = {
                                         dtype="bfloat16"),
                    num_queries=320, query_length=32, docs_per_query=2, doc_length=256,
                    k_train=320, micro_batch_size=32),
+    # XTR-XXL: T5 v1.1 XXL (gin/models/t5_1_1_xxl.gin) in bfloat16, with XTR-base's batch.
+    "xxl": Shape("xxl", t5.T5Config(vocab_size=32128, emb_dim=4096, num_heads=64, num_layers=24,
+                                    head_dim=64, mlp_dim=10240, dtype="bfloat16"),
+                 num_queries=320, query_length=32, docs_per_query=2, doc_length=256,
+                 k_train=320, micro_batch_size=32),
     # gin/models/t5_1_1_tiny.gin at B = 128, C = 256, queries of 32 and documents of 64 ids.
     "reduced": Shape("reduced", t5.T5Config(vocab_size=32128, emb_dim=64, num_heads=4,
                                             num_layers=2, head_dim=16, mlp_dim=128),
                      num_queries=128, query_length=32, docs_per_query=2, doc_length=64,
                      k_train=128, micro_batch_size=16),
 }
+
+
 def global_loss_and_metrics(objective_, q, q_mask, d, d_mask, doc_tokens, mesh,
                             query_chunk=None):
   """The in-batch loss as the trainer computed it before `xtr.objective`: `xtr.losses` on the
@@ -159,8 +166,8 @@ def main(argv) -> None:
   for name in _SHAPES.value:
     shape = SHAPES[name]
     meshes = [tuple(int(n) for n in m.split("x")) for m in _MESHES.value]
-    runs = [(variant, m) for variant in ("global", "sharded") for m in meshes]
-    runs += [("grad_cache", m) for m in meshes if m[1] == 1 and m[0] in (1, max(meshes)[0])]
+    runs = [(variant, m) for variant in ("global", "sharded", "grad_cache") for m in meshes
+            if variant != "grad_cache" or shape.micro_batch_size % m[0] == 0]
     for variant, (data, model_parallel) in runs:
       start = time.time()
       mesh = partitioning.make_mesh(model_parallel, devices=jax.devices()[:data * model_parallel])

@@ -3,12 +3,13 @@
 #
 #   launch/tpu_pod.sh TPU_NAME ZONE --gin_file=gin/runs/xtr_msmarco.gin \
 #     --gin_bindings="MODEL_DIR='gs://bucket/xtr_base'" \
-#     --gin_bindings="TRIPLES_PATH='gs://bucket/triples.train.small.tsv'"
+#     --gin_bindings="TRIPLES_PATH='gs://bucket/triples.train.small-*.tsv'"
 #
 # Each worker needs this repository at $REMOTE_DIR (default: ~/xtr) set up with
 # `make setup-tpu`, and MODEL_DIR / data paths that every worker can read (gs://).
 # One process per host; `--multihost` makes xtr-train call jax.distributed.initialize(), so the
-# mesh spans all chips of the pod and every host reads its own shard of the data.
+# mesh spans all chips of the pod and every host reads its own files of the triples (README:
+# "On a TPU pod" says how to split them).
 set -euo pipefail
 if [[ $# -lt 2 ]]; then
   echo "usage: $0 TPU_NAME ZONE [xtr-train flags...]" >&2
