@@ -23,7 +23,7 @@ def triples_files(path: str | Sequence[str] = gin.REQUIRED) -> list[str]:
   'gs://bucket/msmarco/triples.train.small-*.tsv'. Sorted, so every host sees one order.
 
   Raises:
-    ValueError: naming the pattern that matches no file.
+    ValueError: naming the pattern that matches no file, or an empty file.
   """
   patterns = [path] if isinstance(path, str) else list(path)
   files = []
@@ -32,6 +32,9 @@ def triples_files(path: str | Sequence[str] = gin.REQUIRED) -> list[str]:
     if not matched:
       raise ValueError(f"tasks.msmarco.triples_files.path: no file matches {pattern!r}.")
     files += matched
+  for file in files:
+    if not tf.io.gfile.stat(file).length:
+      raise ValueError(f"{file} is empty: it holds no triples to train on.")
   return files
 
 
@@ -73,17 +76,37 @@ class TriplesSource(seqio.DataSource):
 def read_triples(path: tf.Tensor) -> tf.data.Dataset:
   """The triples of one TSV file ([] string path), in file order.
 
-  A malformed line (not 3 tab-separated fields, or an empty field) stops iteration with an
-  `InvalidArgumentError` whose message reads `{path}:{line}: {what is wrong}` (line is 1-based).
+  A malformed line (invalid UTF-8, not 3 tab-separated fields, or an empty field) stops
+  iteration with an `InvalidArgumentError` whose message reads `{path}:{line}: {what is wrong}`
+  (line is 1-based).
   """
   lines = tf.data.TextLineDataset(path).enumerate(start=1)
   return lines.map(lambda number, line: _parse_line(path, number, line),
                    num_parallel_calls=tf.data.AUTOTUNE)
 
 
+def _utf8_error(line: tf.Tensor) -> tf.Tensor:
+  """[] string -> [] int64 offset of its first byte that is not valid UTF-8, -1 if none.
+
+  Decoding with replacement yields U+FFFD at each invalid sequence; one that is not the three
+  bytes of a real U+FFFD in the line marks the error.
+  """
+  chars, offsets = tf.strings.unicode_decode_with_offsets(line, "UTF-8", errors="replace")
+  replaced = tf.equal(chars, 0xFFFD) & tf.not_equal(
+      tf.strings.substr(tf.fill(tf.shape(offsets), line), offsets, tf.ones_like(offsets) * 3),
+      "\ufffd")
+  return tf.cond(tf.reduce_any(replaced), lambda: tf.reduce_min(tf.boolean_mask(offsets, replaced)),
+                 lambda: tf.constant(-1, tf.int64))
+
+
 def _parse_line(path: tf.Tensor, line_number: tf.Tensor, line: tf.Tensor) -> dict[str, tf.Tensor]:
   """Splits one line ([] string, number [] int64) into the triple, asserting it is well formed."""
   where = tf.strings.join([path, ":", tf.strings.as_string(line_number), ": "])
+  utf8_error = _utf8_error(line)
+  valid_utf8 = tf.debugging.Assert(utf8_error < 0, [tf.strings.join([
+      where, "invalid UTF-8 at byte ", tf.strings.as_string(utf8_error + 1), " of the line"])])
+  with tf.control_dependencies([valid_utf8]):
+    line = tf.identity(line)
   fields = tf.strings.split(line, "\t")
   num_fields = tf.size(fields)
   well_formed = tf.debugging.Assert(num_fields == len(_FIELDS), [tf.strings.join([

@@ -37,7 +37,7 @@ def tiny_beir(scifact_dir):
   return evaluation.BeirData(
       doc_ids=tuple(doc_ids), docs=tuple(docs[d] for d in doc_ids), query_ids=query_ids,
       queries=tuple(queries[q] for q in query_ids), qrels={q: full.qrels[q] for q in query_ids},
-      num_queries_without_qrels=0)
+      num_queries_without_qrels=0, corpus_path=full.corpus_path)
 
 
 def _hidden_states(reference, vocabulary, texts, max_length):

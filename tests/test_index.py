@@ -5,6 +5,7 @@ vectors exact in float16), so exact search must match numpy bit for bit, ties in
 """
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,11 +14,18 @@ import gin
 import numpy as np
 import pytest
 
-from xtr import index
+from xtr.index import files
+from xtr.index import reader
+from xtr.index import writer as index_writer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-MODEL = {"gin_config": "XTREncoder.embed_dim = 32", "embed_dim": 32, "max_length": 16}
+MODEL = {"backbone": "t5", "embed_dim": 32}  # Stored, not read: search reads it (test_retrieval).
 FINGERPRINT = "ckpt-1234"
+
+
+def _corpus(num_docs: int, first: int = 0, total: int | None = None) -> dict:
+  return {"path": "corpus.jsonl", "sha256": "c0ffee", "docs": [first, first + num_docs],
+          "total_docs": num_docs if total is None else total}
 
 
 def _integer_docs(num_docs: int, dim: int = 32, seed: int = 0) -> list[np.ndarray]:
@@ -31,15 +39,22 @@ def _ids(num_docs: int, prefix: str = "doc") -> list[str]:
   return [f"{prefix}-{i}" for i in range(num_docs)]
 
 
-def _write_chunks(writer: index.IndexWriter, doc_ids, docs, docs_per_chunk: int) -> None:
+def _new_writer(path, num_docs: int, dim: int = 32, dtype: str = "float32",
+                fingerprint: str = FINGERPRINT, docs_per_chunk: int = 4, first_doc: int = 0,
+                total_docs: int | None = None) -> index_writer.IndexWriter:
+  return index_writer.IndexWriter(str(path), dim, dtype, MODEL, fingerprint, docs_per_chunk,
+                                  _corpus(num_docs, first_doc, total_docs))
+
+
+def _write_chunks(writer: index_writer.IndexWriter, doc_ids, docs, docs_per_chunk: int) -> None:
   for chunk in range(writer.completed_chunks(), -(-len(docs) // docs_per_chunk)):
     part = slice(chunk * docs_per_chunk, (chunk + 1) * docs_per_chunk)
     writer.write_chunk(chunk, doc_ids[part], docs[part])
 
 
-def _export(path, doc_ids, docs, docs_per_chunk=4, dtype="float32") -> dict:
-  writer = index.IndexWriter(str(path), docs[0].shape[1], dtype, MODEL, FINGERPRINT,
-                             docs_per_chunk)
+def _export(path, doc_ids, docs, docs_per_chunk=4, dtype="float32", **corpus) -> dict:
+  writer = _new_writer(path, len(doc_ids), docs[0].shape[1], dtype,
+                       docs_per_chunk=docs_per_chunk, **corpus)
   _write_chunks(writer, doc_ids, docs, docs_per_chunk)
   return writer.finalize()
 
@@ -84,7 +99,7 @@ def test_scann_recall_at_default_settings(tmp_path):
   assert manifest["scann"]["num_leaves"] == 174  # ceil(sqrt(30000))
   k_prime = 100
   true_top = np.argsort(-(queries @ vectors.T), axis=1)[:, :k_prime]
-  scores, docs = index.open_index(str(tmp_path)).search(queries, k_prime, searcher="scann")
+  scores, docs = reader.open_index(str(tmp_path)).search(queries, k_prime, searcher="scann")
   recall = np.mean([len(set(d) & set(t)) / k_prime for d, t in zip(docs, true_top)])
   assert recall >= 0.9
   assert np.all(np.diff(scores, axis=1) <= 0)
@@ -97,7 +112,7 @@ def test_bruteforce_equals_numpy(tmp_path, dtype):
   docs = _integer_docs(3000)  # ~16.5k tokens: two exact-search blocks, blocks span chunks.
   _export(tmp_path, _ids(len(docs)), docs, docs_per_chunk=700, dtype=dtype)
   queries = np.random.default_rng(1).integers(-8, 9, (50, 32)).astype(np.float32)
-  got = index.open_index(str(tmp_path)).search_tokens(queries, 300, "bruteforce")
+  got = reader.open_index(str(tmp_path)).search_tokens(queries, 300, "bruteforce")
   for got_array, expected in zip(got, _numpy_search(queries, docs, 300)):
     np.testing.assert_array_equal(got_array, expected)
   assert [a.dtype for a in got] == [np.float32, np.int32, np.int32]
@@ -111,7 +126,7 @@ def test_pads_when_k_prime_exceeds_tokens(tmp_path, searcher, num_docs, scoring)
   assert _export(tmp_path, _ids(num_docs), docs)["scann"]["scoring"] == scoring
   num_tokens = sum(map(len, docs))
   queries = np.random.default_rng(1).integers(-8, 9, (4, 32)).astype(np.float32)
-  scores, doc_index = index.open_index(str(tmp_path)).search(queries, 40, searcher)
+  scores, doc_index = reader.open_index(str(tmp_path)).search(queries, 40, searcher)
   assert scores.shape == doc_index.shape == (4, 40)
   assert np.all(scores[:, :num_tokens] > -np.inf) and np.all(scores[:, num_tokens:] == -np.inf)
   assert np.all(doc_index[:, num_tokens:] == -1)
@@ -132,7 +147,7 @@ def test_scann_config_from_gin_with_reordering(tmp_path):
       3, 3, 20)
   # Reordering rescores exactly: each score is the dot product with a token of the doc returned.
   queries = np.random.default_rng(1).integers(-8, 9, (5, 32)).astype(np.float32)
-  scores, doc_index = index.open_index(str(tmp_path)).search(queries, 30, "scann")
+  scores, doc_index = reader.open_index(str(tmp_path)).search(queries, 30, "scann")
   for query, row_scores, row_docs in zip(queries, scores, doc_index):
     for score, doc in zip(row_scores, row_docs):
       assert score in docs[doc] @ query
@@ -141,7 +156,7 @@ def test_scann_config_from_gin_with_reordering(tmp_path):
 def test_doc_vectors_gathers_written_vectors(tmp_path):
   docs = _integer_docs(30)
   _export(tmp_path, _ids(30), docs, docs_per_chunk=7, dtype="float16")
-  token_index = index.open_index(str(tmp_path))
+  token_index = reader.open_index(str(tmp_path))
   wanted = [29, 3, 0, 17, 3, 10]  # doc 3 (and 10, 17) are empty
   for doc, vectors in zip(wanted, token_index.doc_vectors(wanted)):
     assert vectors.dtype == np.float32
@@ -158,14 +173,14 @@ def test_fan_out_over_shards_equals_single_index(tmp_path):
   bounds = [0, 10, 14, 23]
   for shard in range(3):
     part = slice(bounds[shard], bounds[shard + 1])
-    _export(index.shard_path(str(tmp_path / "sharded"), shard, 3), doc_ids[part], docs[part],
-            docs_per_chunk=3)
-  single = index.open_index(str(tmp_path / "single"))
-  sharded = index.open_index(str(tmp_path / "sharded"))
+    _export(files.shard_path(str(tmp_path / "sharded"), shard, 3), doc_ids[part], docs[part],
+            docs_per_chunk=3, first_doc=bounds[shard], total_docs=23)
+  single = reader.open_index(str(tmp_path / "single"))
+  sharded = reader.open_index(str(tmp_path / "sharded"))
   assert sharded.doc_ids == doc_ids
   np.testing.assert_array_equal(sharded.doc_lengths, [len(d) for d in docs])
   assert (sharded.num_docs, sharded.num_tokens) == (single.num_docs, single.num_tokens)
-  index.check_compatible(sharded.manifest, 32, FINGERPRINT)
+  reader.check_compatible(sharded.manifest, 32, FINGERPRINT)
   rng = np.random.default_rng(1)
   queries = rng.integers(-8, 9, (20, 32)).astype(np.float32)
   for k_prime in (7, 200):
@@ -186,8 +201,10 @@ def test_fan_out_over_shards_equals_single_index(tmp_path):
 
 _KILLED_EXPORT = """
 import os, signal, sys
-from tests.test_index import FINGERPRINT, MODEL, _ids, _integer_docs, _write_chunks
-from xtr import index
+from tests.test_index import _ids, _integer_docs, _write_chunks
+from xtr.index import files
+from xtr.index import reader
+from tests.test_index import _new_writer
 
 real_replace = os.replace
 
@@ -197,7 +214,7 @@ def replace(src, dst):  # SIGKILL just before chunk 2's doc index is renamed int
   real_replace(src, dst)
 
 os.replace = replace
-writer = index.IndexWriter(sys.argv[1], 32, "float16", MODEL, FINGERPRINT, 4)
+writer = _new_writer(sys.argv[1], 22, dtype="float16")
 _write_chunks(writer, _ids(22), _integer_docs(22), 4)
 """
 
@@ -210,23 +227,23 @@ def test_export_killed_with_sigkill_resumes_to_identical_files(tmp_path):
   process = subprocess.run([sys.executable, "-c", _KILLED_EXPORT, str(out)], cwd=REPO,
                            capture_output=True, check=False)
   assert process.returncode == -signal.SIGKILL, process.stderr.decode()[-2000:]
-  assert not (out / index.MANIFEST).exists()
+  assert not (out / files.MANIFEST).exists()
   assert (out / "chunks/vectors-00002.npy").exists()  # chunk 2 is half done:
   assert (out / "chunks/doc_index-00002.npy.tmp").exists()  # its temporary is left behind
   with pytest.raises(ValueError, match=f"{out} is an incomplete token index"):
-    index.open_index(str(out))
+    reader.open_index(str(out))
   (out / "chunks/vectors-00003.npy.tmp").write_bytes(b"\x93NUMPY half-written")
 
-  writer = index.IndexWriter(str(out), 32, "float16", MODEL, FINGERPRINT, 4)
+  writer = _new_writer(out, 22, dtype="float16")
   assert writer.completed_chunks() == 2
   _write_chunks(writer, doc_ids, docs, 4)
-  assert not (out / index.MANIFEST).exists()  # the manifest only comes with finalize
+  assert not (out / files.MANIFEST).exists()  # the manifest only comes with finalize
   writer.finalize()
   assert _files(out) == _files(reference)  # byte-identical, ScaNN included
   queries = np.random.default_rng(1).integers(-8, 9, (8, 32)).astype(np.float32)
   for searcher in ("scann", "bruteforce"):
-    for got, expected in zip(index.open_index(str(out)).search(queries, 10, searcher),
-                             index.open_index(str(reference)).search(queries, 10, searcher)):
+    for got, expected in zip(reader.open_index(str(out)).search(queries, 10, searcher),
+                             reader.open_index(str(reference)).search(queries, 10, searcher)):
       np.testing.assert_array_equal(got, expected)
 
 
@@ -234,7 +251,7 @@ def test_interrupted_finalize_resumes_to_identical_files(tmp_path, monkeypatch):
   docs, doc_ids = _integer_docs(9), _ids(9)
   _export(tmp_path / "reference", doc_ids, docs)
   out = tmp_path / "interrupted"
-  writer = index.IndexWriter(str(out), 32, "float32", MODEL, FINGERPRINT, 4)
+  writer = _new_writer(out, 9)
   _write_chunks(writer, doc_ids, docs, 4)
   real_replace = os.replace
 
@@ -247,68 +264,73 @@ def test_interrupted_finalize_resumes_to_identical_files(tmp_path, monkeypatch):
     patch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
       writer.finalize()
-  assert (out / "scann").is_dir() and not (out / index.MANIFEST).exists()
-  index.IndexWriter(str(out), 32, "float32", MODEL, FINGERPRINT, 4).finalize()
+  assert (out / "scann").is_dir() and not (out / files.MANIFEST).exists()
+  _new_writer(out, 9).finalize()
   assert _files(out) == _files(tmp_path / "reference")
 
 
 def test_resume_refuses_other_settings(tmp_path):
-  writer = index.IndexWriter(str(tmp_path), 32, "float32", MODEL, FINGERPRINT, 4)
+  writer = _new_writer(tmp_path, 1)
   writer.write_chunk(0, ["a"], [np.ones((2, 32), np.float32)])
-  with pytest.raises(ValueError, match=r"writer\.json.*other settings \(dim, fingerprint"):
-    index.IndexWriter(str(tmp_path), 16, "float32", MODEL, "other", 4)
   with pytest.raises(ValueError, match=r"chunk 0 written out of order: the next chunk .* is 1"):
     writer.write_chunk(0, ["a"], [np.ones((2, 32), np.float32)])
   with pytest.raises(ValueError, match=r"doc 'b': vectors of shape \(2, 16\), expected"):
     writer.write_chunk(1, ["b"], [np.ones((2, 16), np.float32)])
-  writer.finalize()
+  del writer  # as if the export died
+  with pytest.raises(ValueError, match=r"writer\.json.*other settings \(dim, fingerprint"):
+    _new_writer(tmp_path, 1, dim=16, fingerprint="other")
+  _new_writer(tmp_path, 1).finalize()
   with pytest.raises(FileExistsError, match="the index is complete"):
-    index.IndexWriter(str(tmp_path), 32, "float32", MODEL, FINGERPRINT, 4)
+    _new_writer(tmp_path, 1)
 
 
 def test_check_compatible(tmp_path):
   _export(tmp_path, _ids(5), _integer_docs(5))
-  token_index = index.open_index(str(tmp_path))
-  index.check_compatible(token_index.manifest, 32, FINGERPRINT)
+  token_index = reader.open_index(str(tmp_path))
+  reader.check_compatible(token_index.manifest, 32, FINGERPRINT)
   with pytest.raises(ValueError, match=r"token dim 32 \(index\) vs 128 \(query model\)"):
-    index.check_compatible(token_index.manifest, 128, FINGERPRINT)
+    reader.check_compatible(token_index.manifest, 128, FINGERPRINT)
   with pytest.raises(ValueError, match=r"fingerprint 'ckpt-1234' \(index\) vs 'ckpt-9' \(query"):
-    index.check_compatible(token_index.manifest, 32, "ckpt-9")
+    reader.check_compatible(token_index.manifest, 32, "ckpt-9")
   with pytest.raises(ValueError, match="index dim 32 vs query dim 128"):
     token_index.search(np.zeros((3, 128), np.float32), 10)
 
 
 def test_damaged_index_errors_name_the_file(tmp_path):
   _export(tmp_path, _ids(9), _integer_docs(9))
-  index.open_index(str(tmp_path)).verify()
+  reader.open_index(str(tmp_path)).verify()
   chunk = tmp_path / "chunks/vectors-00001.npy"
   data = bytearray(chunk.read_bytes())
   data[-1] ^= 1
   chunk.write_bytes(bytes(data))
-  with pytest.raises(ValueError, match=f"{chunk} is corrupt: its sha256 differs"):
-    index.open_index(str(tmp_path)).verify()
+  with pytest.raises(files.DamagedIndexError, match=f"{chunk} is damaged: its sha256 differs"):
+    reader.open_index(str(tmp_path)).verify()
   chunk.write_bytes(bytes(data[:-64]))
-  with pytest.raises(ValueError, match=f"{chunk} is unreadable"):
-    index.open_index(str(tmp_path))
+  with pytest.raises(files.DamagedIndexError, match=f"{chunk} is damaged: .* bytes, the manifest"):
+    reader.open_index(str(tmp_path))
   chunk.unlink()
   with pytest.raises(FileNotFoundError, match=f"{chunk} is missing"):
-    index.open_index(str(tmp_path))
-  (tmp_path / index.MANIFEST).unlink()
+    reader.open_index(str(tmp_path))
+  (tmp_path / files.MANIFEST).unlink()
   with pytest.raises(ValueError, match="incomplete token index"):
-    index.open_index(str(tmp_path))
+    reader.open_index(str(tmp_path))
   with pytest.raises(FileNotFoundError, match="no token index"):
-    index.open_index(str(tmp_path / "chunks"))
+    reader.open_index(str(tmp_path / "chunks"))
 
 
 def test_shards_must_be_a_complete_consistent_set(tmp_path):
-  docs = _integer_docs(6)
-  _export(index.shard_path(str(tmp_path), 0, 3), _ids(3), docs[:3])
-  _export(index.shard_path(str(tmp_path), 2, 3), _ids(3, "b"), docs[3:])
+  docs = _integer_docs(7)
+  shard = lambda s: files.shard_path(str(tmp_path), s, 3)
+  _export(shard(0), _ids(3), docs[:3], total_docs=7)
+  _export(shard(2), _ids(3, "b"), docs[4:], first_doc=4, total_docs=7)
   with pytest.raises(ValueError, match=r"missing \['shard-00001-of-00003'\]"):
-    index.open_index(str(tmp_path))
-  writer = index.IndexWriter(index.shard_path(str(tmp_path), 1, 3), 32, "float32", MODEL,
-                             "other-checkpoint", 4)
-  writer.write_chunk(0, ["c"], [docs[0]])
-  writer.finalize()
-  with pytest.raises(ValueError, match=r"shard-00001-of-00003 differs .* in fingerprint"):
-    index.open_index(str(tmp_path))
+    reader.open_index(str(tmp_path))
+  for problem, kwargs in ((r"differs .* in fingerprint", {"fingerprint": "other-checkpoint"}),
+                          (r"holds corpus documents \[2, 3\], expected \[3, 4\]: the shards do "
+                           "not tile one corpus", {"first_doc": 2})):
+    shutil.rmtree(shard(1), ignore_errors=True)
+    writer = _new_writer(shard(1), 1, total_docs=7, **{"first_doc": 3, **kwargs})
+    writer.write_chunk(0, ["c"], [docs[0]])  # (docs[3] is empty)
+    writer.finalize()
+    with pytest.raises(ValueError, match=r"shard-00001-of-00003 " + problem):
+      reader.open_index(str(tmp_path))

@@ -1,96 +1,35 @@
 """End to end: checkpoint -> xtr-export of a SciFact slice -> search -> xtr-eval-beir."""
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
-import flax.linen as nn
 import gin
-import jax
 import numpy as np
 import pytest
 
-from xtr import checkpoints
+from tests.retrieval_setup import REPO, SLICE_DOCS as NUM_DOCS, SLICE_QUERIES as NUM_QUERIES
 from xtr import encoding
 from xtr import evaluation
 from xtr import indexing
-from xtr import index as index_lib
+from xtr import model_spec
 from xtr import retrieval
 from xtr import vocabularies
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-NUM_QUERIES = 12
-NUM_DOCS = 150
-
-
-@pytest.fixture(scope="module")
-def scifact_slice(scifact_dir, tmp_path_factory) -> pathlib.Path:
-  """The first test queries of SciFact, their judged docs and other docs: a small BEIR dir."""
-  out = tmp_path_factory.mktemp("scifact_slice")
-  (out / "qrels").mkdir()
-  lines = (scifact_dir / "qrels" / "test.tsv").read_text().splitlines()
-  query_ids = list(dict.fromkeys(line.split("\t")[0] for line in lines[1:]))[:NUM_QUERIES]
-  rows = [line for line in lines[1:] if line.split("\t")[0] in query_ids]
-  judged = {row.split("\t")[1] for row in rows}
-  corpus = (scifact_dir / "corpus.jsonl").read_text().splitlines()
-  keep = [d for d in corpus if json.loads(d)["_id"] in judged]
-  keep += [d for d in corpus if json.loads(d)["_id"] not in judged][:NUM_DOCS - len(keep)]
-  (out / "corpus.jsonl").write_text("\n".join(keep) + "\n")
-  queries = (scifact_dir / "queries.jsonl").read_text().splitlines()
-  (out / "queries.jsonl").write_text(
-      "\n".join(q for q in queries if json.loads(q)["_id"] in query_ids) + "\n")
-  (out / "qrels" / "test.tsv").write_text("\n".join([lines[0], *rows]) + "\n")
-  return out
-
-
-@gin.configurable
-def _gin_model(model=gin.REQUIRED):
-  return model
-
-
-def _random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path) -> None:
-  """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would."""
-  gin.clear_config()
-  gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
-                                      [f"T5_SPM_PATH = '{t5_spm_path}'",
-                                       "_gin_model.model = %MODEL"])
-  model = _gin_model()
-  params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])
-  checkpointer = checkpoints.Checkpointer(str(model_dir))
-  checkpointer.manager.save(1, args=checkpoints.ocp.args.Composite(
-      state=checkpoints.ocp.args.StandardSave({"params": jax.tree.map(np.asarray, params)})))
-  checkpointer.close()
-
-
-@pytest.fixture(scope="module")
-def exported(scifact_slice, tmp_path_factory, t5_spm_path):
-  """(model_dir, index_dir): a tiny random encoder and the ScaNN token index of the slice."""
-  root = tmp_path_factory.mktemp("exported")
-  _random_checkpoint(root / "model", 0, t5_spm_path)
-  _random_checkpoint(root / "other_model", 1, t5_spm_path)
-  command = [sys.executable, "-m", "xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
-             f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
-             "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64",
-             f"--checkpoint={root / 'model'}", f"--corpus={scifact_slice / 'corpus.jsonl'}",
-             f"--out={root / 'index'}", "--docs_per_chunk=40"]
-  subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO,
-                 env={**os.environ, "XLA_FLAGS": ""})
-  return root / "model", root / "index"
+from xtr.index import reader
 
 
 def _search(exported, scifact_slice, config):
   model_dir, index_dir = exported
   gin.clear_config()
-  token_index = index_lib.open_index(str(index_dir))
-  gin.parse_config(token_index.manifest["model"]["gin_config"])
-  encoder = encoding.Encoder(encoding.load_params(str(model_dir)))
+  token_index = reader.open_index(str(index_dir))
+  encoder = model_spec.encoder(token_index.manifest["model"], str(index_dir),
+                               encoding.load_params(str(model_dir)), str(model_dir))
   data = evaluation.load_beir(str(scifact_slice), "test")
   return data, token_index, retrieval.search(encoder, token_index, data.queries, config)
 
 
 def test_export_writes_every_document(exported, scifact_slice):
-  token_index = index_lib.open_index(str(exported[1]))
+  token_index = reader.open_index(str(exported[1]))
   token_index.verify()
   corpus_ids = [json.loads(line)["_id"] for line in (scifact_slice / "corpus.jsonl").open()]
   assert token_index.doc_ids == corpus_ids
@@ -100,7 +39,7 @@ def test_export_writes_every_document(exported, scifact_slice):
 
 
 def test_xtr_with_all_tokens_ranks_as_exact_maxsim(exported, scifact_slice):
-  num_tokens = index_lib.open_index(str(exported[1])).num_tokens
+  num_tokens = reader.open_index(str(exported[1])).num_tokens
   _, _, exact = _search(exported, scifact_slice, retrieval.SearchConfig(top_k=20, scoring="exact"))
   _, _, xtr = _search(exported, scifact_slice, retrieval.SearchConfig(
       top_k=20, k_prime=num_tokens, scoring="xtr", searcher="bruteforce"))
@@ -175,7 +114,8 @@ def test_search_cli_reads_stdin_and_writes_jsonl(exported):
 def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_slice, tmp_path):
   """xtr-analyze-tokens (exact token search) against a sort of every corpus token, by loops."""
   data, token_index, _ = _search(exported, scifact_slice, retrieval.SearchConfig())
-  encoder = encoding.Encoder(encoding.load_params(str(exported[0])))
+  encoder = model_spec.encoder(token_index.manifest["model"], "manifest",
+                               encoding.load_params(str(exported[0])), str(exported[0]))
   k = 50
   process = subprocess.run(
       [sys.executable, "-m", "xtr.token_analysis", f"--data_dir={scifact_slice}",
@@ -209,16 +149,6 @@ def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_sli
   np.testing.assert_allclose(result["gold"], gold / num_tokens, atol=1e-12)
   np.testing.assert_allclose(result["lexical"], lexical / num_tokens, atol=1e-12)
   assert max(result["lexical"]) > 0  # Same-token matches happen, so the check above has teeth.
-
-
-@pytest.mark.parametrize("cli_module", ["xtr.eval_beir", "xtr.search", "xtr.token_analysis",
-                                        "xtr.export", "xtr.train"])
-def test_every_cli_can_import_the_demo_gin_config(cli_module):
-  """The gin config stored in an index exported by `make demo` imports xtr.demo: that import
-  must define no flag of its own, or every CLI that opens the index fails."""
-  process = subprocess.run([sys.executable, "-c", f"import {cli_module}, xtr.demo"],
-                           capture_output=True, text=True, cwd=REPO)
-  assert process.returncode == 0, process.stderr[-2000:]
 
 
 def test_export_shards_split_the_corpus():

@@ -111,6 +111,26 @@ def test_msmarco_malformed_line_names_file_and_line(vocab, tmp_path, line, probl
     list(ds.as_numpy_iterator())
 
 
+def test_msmarco_invalid_utf8_names_file_line_and_byte(vocab, tmp_path):
+  path = tmp_path / "triples.tsv"
+  # Line 2 holds a real U+FFFD (valid); line 3 a truncated 3-byte sequence at its 5th byte.
+  path.write_bytes(b"q1\tp1\tn1\nq2\tp2\tn2 \xef\xbf\xbd ok\nq3\tp\xe2\x82 3\tn3\n")
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(path))
+  tasks.register_tasks(vocab)
+  ds = seqio.get_mixture_or_task("msmarco_triples").get_dataset(LENGTHS, shuffle=False)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=re.escape(f"{path}:3: invalid UTF-8 at byte 5 of the line")):
+    list(ds.as_numpy_iterator())
+
+
+def test_msmarco_empty_file_is_named(tmp_path):
+  (tmp_path / "triples-0.tsv").write_text("q\tp\tn\n")
+  (tmp_path / "triples-1.tsv").write_text("")
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(tmp_path / "triples-*.tsv"))
+  with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'triples-1.tsv'} is empty")):
+    msmarco.triples_files()
+
+
 def test_beir_pairs_match_raw_files(scifact_dir):
   data = beir.load_pairs(scifact_dir, "train")
   expected = _raw_beir_pairs(scifact_dir, "train")
@@ -219,9 +239,21 @@ def test_beir_bad_input_names_file_line_and_field(tmp_path, file, corpus, querie
     beir.load_pairs(data_dir)
 
 
-def test_beir_without_positives_is_an_error(tmp_path):
-  data_dir = _write_beir(tmp_path, _CORPUS, _QUERIES, "query-id\tcorpus-id\tscore\nq1\td1\t0\n")
+@pytest.mark.parametrize("rows", ["q1\td1\t0\n", ""])  # no positive; an empty split
+def test_beir_without_positives_is_an_error(tmp_path, rows):
+  data_dir = _write_beir(tmp_path, _CORPUS, _QUERIES, "query-id\tcorpus-id\tscore\n" + rows)
   with pytest.raises(ValueError, match=re.escape(f"{data_dir}/qrels/train.tsv: no row has")):
+    beir.load_pairs(data_dir)
+
+
+def test_beir_invalid_utf8_names_file_line_and_byte(tmp_path):
+  data_dir = _write_beir(tmp_path, _CORPUS, _QUERIES, _QRELS)
+  corpus = (data_dir / "corpus.jsonl").read_bytes().splitlines(keepends=True)
+  corpus[1] = corpus[1].replace(b"two", b"tw\xff")
+  (data_dir / "corpus.jsonl").write_bytes(b"".join(corpus))
+  column = corpus[1].index(b"\xff") + 1
+  with pytest.raises(ValueError, match=re.escape(
+      f"{data_dir / 'corpus.jsonl'}:2: invalid UTF-8 at byte {column} of the line")):
     beir.load_pairs(data_dir)
 
 

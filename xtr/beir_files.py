@@ -3,14 +3,15 @@
 corpus.jsonl holds {"_id", "title", "text"} records, queries.jsonl {"_id", "text"}, and
 qrels/{split}.tsv the header `query-id<TAB>corpus-id<TAB>score` then one judgment a line.
 Any of them may be gzipped (`corpus.jsonl.gz`); `resolve` finds whichever is there.
-Every error names the file, the line and the field.
+Every error names the file, the line and the field (or the byte of invalid UTF-8).
 """
-from collections.abc import Callable, Mapping
+import contextlib
 import gzip
 import json
 import os
 import random
-from typing import TextIO
+import sys
+from collections.abc import Callable, Iterator, Mapping
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
 
@@ -28,11 +29,24 @@ def resolve(data_dir: str, name: str) -> str:
   raise FileNotFoundError(f"Neither {path} nor {path}.gz exists.")
 
 
-def open_text(path: str | os.PathLike[str]) -> TextIO:
-  """`path` opened for reading as UTF-8 text, decompressed if it ends with `.gz`."""
-  if os.fspath(path).endswith(".gz"):
-    return gzip.open(path, "rt", encoding="utf-8")
-  return open(path, encoding="utf-8")
+def read_lines(path: str) -> Iterator[tuple[int, str]]:
+  """(line number, line without its newline) of a UTF-8 text file, gunzipped if it ends with
+  `.gz`; `-` reads stdin.
+
+  Raises:
+    ValueError: naming the file, line and byte of the first invalid UTF-8.
+  """
+  with contextlib.ExitStack() as stack:
+    if path == "-":
+      f, path = sys.stdin.buffer, "<stdin>"
+    else:
+      f = stack.enter_context(gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb"))
+    for line_number, raw in enumerate(f, start=1):
+      try:
+        yield line_number, raw.decode("utf-8").rstrip("\r\n")
+      except UnicodeDecodeError as e:
+        raise ValueError(f"{path}:{line_number}: invalid UTF-8 at byte {e.start + 1} of the line "
+                         f"({raw[e.start:e.start + 4]!r}...)") from None
 
 
 def document_text(doc: Mapping[str, str]) -> str:
@@ -49,54 +63,77 @@ def query_text(query: Mapping[str, str]) -> str:
 def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[str, str]:
   """{_id: to_text(record)} in file order; every record needs string `_id` and `text`."""
   texts, first_line = {}, {}
-  with open_text(path) as f:
-    for line_number, line in enumerate(f, start=1):
-      where = f"{path}:{line_number}"
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
-      if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object")
-      for field in ("_id", "text") + (("title",) if "title" in record else ()):
-        if not isinstance(record.get(field), str):
-          raise ValueError(f"{where}: field '{field}' is missing or not a string")
-      record_id = record["_id"]
-      if record_id in texts:
-        raise ValueError(f"{where}: duplicate _id '{record_id}' (first on line "
-                         f"{first_line[record_id]})")
-      try:
-        texts[record_id] = to_text(record)
-      except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
-      first_line[record_id] = line_number
+  for line_number, line in read_lines(path):
+    where = f"{path}:{line_number}"
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
+    if not isinstance(record, dict):
+      raise ValueError(f"{where}: expected a JSON object")
+    for field in ("_id", "text") + (("title",) if "title" in record else ()):
+      if not isinstance(record.get(field), str):
+        raise ValueError(f"{where}: field '{field}' is missing or not a string")
+    record_id = record["_id"]
+    if record_id in texts:
+      raise ValueError(f"{where}: duplicate _id '{record_id}' (first on line "
+                       f"{first_line[record_id]})")
+    try:
+      texts[record_id] = to_text(record)
+    except ValueError as e:
+      raise ValueError(f"{where}: {e}") from None
+    first_line[record_id] = line_number
   return texts
+
+
+def read_queries(path: str) -> dict[str, str]:
+  """{query id: text} from a .jsonl or .tsv file, or text lines (a file or - for stdin).
+
+  Raises:
+    ValueError: naming the file and line of a malformed query, or if there is no query.
+  """
+  if path.endswith(".jsonl"):
+    queries = read_jsonl(path, query_text)
+  elif not path.endswith(".tsv"):
+    queries = {str(n): line for n, line in read_lines(path) if line.strip()}
+  else:
+    queries = {}
+    for line_number, line in read_lines(path):
+      fields = line.split("\t")
+      if len(fields) != 2 or not fields[1].strip():
+        raise ValueError(f"{path}:{line_number}: expected `id<TAB>text`, got {line!r}")
+      if fields[0] in queries:
+        raise ValueError(f"{path}:{line_number}: duplicate query id {fields[0]!r}")
+      queries[fields[0]] = fields[1]
+  if not queries:
+    raise ValueError(f"{'stdin' if path == '-' else path} holds no query (it is empty or blank).")
+  return queries
 
 
 def read_qrels(path: str, queries: Mapping[str, str],
                 corpus: Mapping[str, str]) -> dict[str, dict[str, int]]:
   """{query-id: {corpus-id: score}} as BEIR reads it (a repeated pair keeps its last score)."""
   qrels = {}
-  with open_text(path) as f:
-    header = f.readline().rstrip("\r\n").split("\t")
-    if header != QRELS_HEADER:
-      raise ValueError(f"{path}:1: expected the header {chr(9).join(QRELS_HEADER)!r}, "
-                       f"got {chr(9).join(header)!r}")
-    for line_number, line in enumerate(f, start=2):
-      where = f"{path}:{line_number}"
-      fields = line.rstrip("\r\n").split("\t")
-      if len(fields) != 3:
-        raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
-                         f"score), got {len(fields)}")
-      query_id, doc_id, score = fields
-      if query_id not in queries:
-        raise ValueError(f"{where}: query-id '{query_id}' is not in queries.jsonl")
-      if doc_id not in corpus:
-        raise ValueError(f"{where}: corpus-id '{doc_id}' is not in corpus.jsonl")
-      try:
-        qrels.setdefault(query_id, {})[doc_id] = int(score)
-      except ValueError:
-        raise ValueError(f"{where}: score {score!r} is not an integer") from None
+  lines = read_lines(path)
+  header = next(lines, (1, ""))[1].split("\t")
+  if header != QRELS_HEADER:
+    raise ValueError(f"{path}:1: expected the header {chr(9).join(QRELS_HEADER)!r}, "
+                     f"got {chr(9).join(header)!r}")
+  for line_number, line in lines:
+    where = f"{path}:{line_number}"
+    fields = line.split("\t")
+    if len(fields) != 3:
+      raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
+                       f"score), got {len(fields)}")
+    query_id, doc_id, score = fields
+    if query_id not in queries:
+      raise ValueError(f"{where}: query-id '{query_id}' is not in queries.jsonl")
+    if doc_id not in corpus:
+      raise ValueError(f"{where}: corpus-id '{doc_id}' is not in corpus.jsonl")
+    try:
+      qrels.setdefault(query_id, {})[doc_id] = int(score)
+    except ValueError:
+      raise ValueError(f"{where}: score {score!r} is not an integer") from None
   return qrels
 
 
@@ -109,8 +146,7 @@ def carve_dev_split(data_dir: str, out_dir: str, split: str = "train", fraction:
   corpus.jsonl and queries.jsonl are linked, not copied.
   """
   source = resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
-  with open_text(source) as f:
-    header, *rows = f.read().splitlines()
+  header, *rows = [line for _, line in read_lines(source)]
   query_ids = sorted({row.split("\t")[0] for row in rows})
   rng = random.Random(seed)
   dev = set(rng.sample(query_ids, round(fraction * len(query_ids))))

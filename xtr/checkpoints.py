@@ -15,6 +15,8 @@ import orbax.checkpoint as ocp
 import tensorflow as tf
 from etils import epath
 
+from xtr import typecheck
+
 
 class DatasetIteratorHandler(ocp.CheckpointHandler):
   """Saves and restores this host's `tf.data` iterator in a step directory."""
@@ -51,6 +53,7 @@ class Checkpointer:
 
   def __init__(self, model_dir: str, save_every_steps: int = 1000, keep: int = 3,
                async_save: bool = False):
+    typecheck.arguments(Checkpointer.__init__, locals())
     directory = epath.Path(model_dir) / "checkpoints"
     options = ocp.CheckpointManagerOptions(max_to_keep=keep,
                                            enable_async_checkpointing=async_save)

@@ -1,19 +1,24 @@
-"""What the command-line tools share: gin flags, search flags, opening an encoder and index.
+"""What the command-line tools share: gin flags, search flags, opening an index and its encoder.
 
 The tools take their model and settings from gin (`--gin_file`, `--gin_bindings`); gin paths are
 relative to the current directory or to the repository root, so run files
 `include 'gin/models/t5_1_1_base.gin'` and work from anywhere.
 """
+import os
 import pathlib
+import sys
 from typing import Callable, Sequence
 
 import gin
+from absl import app
 from absl import flags
 from absl import logging
 
 from xtr import encoding
-from xtr import index as index_lib
+from xtr import model_spec
 from xtr import retrieval
+from xtr.index import reader
+from xtr.index import verify
 
 REPO_DIR = pathlib.Path(__file__).resolve().parents[1]
 
@@ -26,32 +31,75 @@ ENCODER_BINDINGS = ("xtr.encoding.Encoder.model = %MODEL",
                     "xtr.encoding.Encoder.vocabulary = %VOCABULARY")
 
 
-def parse_gin(base_config: str = "", extra_bindings: Sequence[str] = ()) -> None:
-  """Parses `base_config` (e.g. an index's stored config), --gin_file, --gin_bindings, extras."""
+def parse_gin(extra_bindings: Sequence[str] = ()) -> None:
+  """Parses --gin_file, then --gin_bindings, then `extra_bindings`."""
   gin.add_config_file_search_path(str(REPO_DIR))
-  if base_config:
-    gin.parse_config(base_config)
   gin.parse_config_files_and_bindings(GIN_FILES.value, [*GIN_BINDINGS.value, *extra_bindings])
 
 
-def open_for_search(index_path: str, checkpoint: str) -> tuple[encoding.Encoder,
-                                                                  index_lib.TokenIndex]:
-  """The token index at `index_path` and the query encoder of `checkpoint`.
+def define_index_flags() -> Callable[[str, str], tuple[encoding.Encoder, reader.TokenIndex]]:
+  """Defines --verify and --vocabulary; returns `open_for_search(index_path, checkpoint)`."""
+  verify_mode = flags.DEFINE_enum(
+      "verify", "fast", verify.MODES,
+      "Index checks before first use: full (sha256 of every file, on every open), fast (sha256 "
+      "of small files on every open, of large ones once and again whenever they change), off "
+      "(sizes only).")
+  vocabulary = flags.DEFINE_string(
+      "vocabulary", None, "A local copy of the index's vocabulary file (sentencepiece model, "
+      "tokenizer.json or vocab.txt), where its recorded path does not exist.")
 
-  The model and vocabulary come from the gin config stored in the index (then --gin_file and
-  --gin_bindings). Refuses a checkpoint or token dim that differs from the index's.
-  """
-  token_index = index_lib.open_index(index_path)
-  parse_gin(token_index.manifest["model"]["gin_config"], ENCODER_BINDINGS)
-  encoder = encoding.Encoder(encoding.load_params(checkpoint))
-  index_lib.check_compatible(token_index.manifest, encoder.dim, encoder.fingerprint)
-  return encoder, token_index
+  def open_for_search(index_path: str, checkpoint: str
+                      ) -> tuple[encoding.Encoder, reader.TokenIndex]:
+    """The token index at `index_path` and the query encoder of `checkpoint`.
+
+    The model, vocabulary and lengths come from the index's manifest, as data (nothing stored in
+    the index is executed); --gin_file and --gin_bindings may set the rest (e.g.
+    `Encoder.batch_size`). Refuses a checkpoint or token dim that differs from the index's.
+    """
+    parse_gin()
+    token_index = reader.open_index(index_path, verify_mode.value)
+    params = encoding.load_params(checkpoint)
+    encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
+                                 params, checkpoint, vocabulary.value)
+    reader.check_compatible(token_index.manifest, encoder.dim, encoder.fingerprint)
+    return encoder, token_index
+
+  return open_for_search
 
 
 def quiet_logging() -> None:
   """Orbax and seqio log at INFO on every save and load; --verbosity=0 shows them again."""
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+
+
+def run(main: Callable[[Sequence[str]], None], module_name: str,
+        required: Sequence[str] = ()) -> None:
+  """`app.run(main)` for the console script of the tool module `module_name`.
+
+  absl's --help lists the flags of `__main__` (none, in a console script) and exits 1. Here
+  --help (also -h, -? and --helpshort) prints the tool's docstring and its own flags with their
+  defaults, and exits 0; --helpfull still lists every flag of every library.
+  """
+  if any(arg in ("--help", "-help", "--helpshort", "-h", "-?") for arg in sys.argv[1:]):
+    print(sys.modules[module_name].__doc__.strip() + "\n")
+    flags_module = sys.argv[0] if module_name == "__main__" else module_name  # python -m ...
+    print("\n".join(flags.FLAGS.module_help(name) for name in (flags_module, __name__)))
+    print("\n--helpfull lists the flags of every library too.")
+    sys.exit(0)
+  flags.mark_flags_as_required(required)
+  app.run(main)
+
+
+def check_output_file(flag: str, path: str | None) -> None:
+  """Refuses --flag=path, before any work, if it is a directory or its directory is missing."""
+  if path in (None, "-"):
+    return
+  if os.path.isdir(path):
+    raise app.UsageError(f"--{flag}={path} is a directory; give the path of a file to write.")
+  parent = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(parent):
+    raise app.UsageError(f"--{flag}={path}: the directory {parent} does not exist.")
 
 
 def check_no_arguments(argv: Sequence[str]) -> None:

@@ -11,16 +11,16 @@ from typing import Any, Callable, Sequence
 
 import gin
 import numpy as np
-from absl import app
 
 from xtr import baselines
 from xtr import cli
 from xtr import encoding
 from xtr import evaluation
-from xtr import index as index_lib
 from xtr import indexing
 from xtr import retrieval
 from xtr import trainer
+from xtr.index import files
+from xtr.index import reader
 
 
 def _metrics(data: evaluation.BeirData, results: retrieval.Results) -> dict[str, float]:
@@ -34,10 +34,11 @@ def _xtr(model_dir: str, data: evaluation.BeirData, config: retrieval.SearchConf
   """Exports the token index of the fine-tuned model (once) and ranks the test queries."""
   encoder = encoding.Encoder(encoding.load_params(model_dir))
   index_dir = os.path.join(model_dir, "index")
-  if not os.path.exists(os.path.join(index_dir, index_lib.MANIFEST)):
+  if not os.path.exists(os.path.join(index_dir, files.MANIFEST)):
+    corpus = indexing.corpus_record(data.corpus_path, range(len(data.doc_ids)), len(data.doc_ids))
     indexing.export(encoder, data.doc_ids, data.docs, index_dir, dtype="float16",
-                    docs_per_chunk=500)
-  return retrieval.search(encoder, index_lib.open_index(index_dir), data.queries, config)
+                    docs_per_chunk=500, corpus=corpus)
+  return retrieval.search(encoder, reader.open_index(index_dir), data.queries, config)
 
 
 def format_table(rows: dict[str, dict[str, float]]) -> str:
@@ -83,4 +84,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry_point() -> None:
-  app.run(main)
+  cli.run(main, __name__)

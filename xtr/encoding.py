@@ -92,6 +92,11 @@ class Encoder:
       mask[start:start + len(ids)] = batch_mask[:len(ids)]
     return vectors, mask
 
+  def unknown_only(self, texts: Sequence[str], max_length: int) -> list[int]:
+    """Indices of the texts whose tokens are all unknown to the vocabulary (or none at all)."""
+    ids = vocabularies.encode_batch(self.vocabulary, texts, max_length)
+    return np.flatnonzero(vocabularies.unknown_only(self.vocabulary, ids)).tolist()
+
   def encode_queries(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """texts -> ([N, query_max_length, D], [N, query_max_length])."""
     return self.encode(texts, self.query_max_length)

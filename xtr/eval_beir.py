@@ -8,15 +8,17 @@ search settings, the latency of search + scoring per query (encoding excluded) a
 values; prints a one-line summary. DATA_DIR is any BEIR-layout directory whose corpus.jsonl the
 index was exported from.
 """
+import sys
 from typing import Any, Sequence
 
 import numpy as np
-from absl import app
 from absl import flags
 
 from xtr import cli
 from xtr import evaluation
 from xtr import retrieval
+from xtr.index import files
+from xtr.index import reader
 
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "BEIR-layout dataset directory.")
 _SPLIT = flags.DEFINE_string("split", "test",
@@ -28,6 +30,7 @@ _OUT = flags.DEFINE_string("out", None, "Results JSON to write.")
 _RUN_FILE = flags.DEFINE_string("run_file", None,
                                 "Also write the ranking as a TREC run file.")
 _SEARCH_CONFIG = cli.define_search_flags()
+_OPEN_FOR_SEARCH = cli.define_index_flags()
 
 
 def check_index_covers_qrels(doc_ids: Sequence[str], qrels: evaluation.Qrels,
@@ -38,6 +41,17 @@ def check_index_covers_qrels(doc_ids: Sequence[str], qrels: evaluation.Qrels,
   if missing:
     raise ValueError(f"The index at {index_path} lacks {len(missing)} judged documents (e.g. "
                      f"{missing[:3]}): was it exported from this dataset's corpus.jsonl?")
+
+
+def corpus_matches_index(corpus_path: str, token_index: reader.TokenIndex) -> bool:
+  """Whether `corpus_path` is the file the index was exported from; warns on stderr if not."""
+  indexed = token_index.manifest["corpus"]
+  if files.sha256(corpus_path) == indexed["sha256"]:
+    return True
+  print(f"Warning: {corpus_path} is not the corpus file that the index at {token_index.path} was "
+        f"exported from ({indexed['path']}, sha256 {indexed['sha256'][:12]}...): its documents "
+        "may differ from the ones searched.", file=sys.stderr, flush=True)
+  return False
 
 
 def latency_summary(latency_ms: np.ndarray) -> dict[str, float]:
@@ -54,6 +68,8 @@ def evaluate_split(data: evaluation.BeirData, results: retrieval.Results,
   return {**metrics, "k_prime": config.k_prime, "scoring": config.scoring,
           "impute": config.impute, "searcher": config.searcher, "top_k": config.top_k,
           "latency_ms_per_query": latency_summary(results.latency_ms),
+          "unknown_only_queries": {"count": len(results.unknown_only),
+                                   "query_ids": [data.query_ids[i] for i in results.unknown_only]},
           "per_query": per_query}, run
 
 
@@ -61,13 +77,19 @@ def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   cli.quiet_logging()
   config = _SEARCH_CONFIG()
+  cli.check_output_file("out", _OUT.value)
+  cli.check_output_file("run_file", _RUN_FILE.value)
   data = evaluation.load_beir(_DATA_DIR.value, _SPLIT.value)
-  encoder, token_index = cli.open_for_search(_INDEX.value, _CHECKPOINT.value)
+  encoder, token_index = _OPEN_FOR_SEARCH(_INDEX.value, _CHECKPOINT.value)
   check_index_covers_qrels(token_index.doc_ids, data.qrels, _INDEX.value)
+  if _RUN_FILE.value:
+    evaluation.check_trec_ids(data.query_ids, token_index.doc_ids)
+  corpus_matches = corpus_matches_index(data.corpus_path, token_index)
   results = retrieval.search(encoder, token_index, data.queries, config)
   report, run = evaluate_split(data, results, config)
   report.update(data_dir=_DATA_DIR.value, split=_SPLIT.value, index=_INDEX.value,
-                checkpoint=_CHECKPOINT.value, fingerprint=encoder.fingerprint)
+                checkpoint=_CHECKPOINT.value, fingerprint=encoder.fingerprint,
+                corpus_matches_index=corpus_matches)
   evaluation.write_json(report, _OUT.value)
   if _RUN_FILE.value:
     evaluation.write_trec_run(run, _RUN_FILE.value, tag=f"xtr-{config.scoring}")
@@ -80,8 +102,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry_point() -> None:
-  flags.mark_flags_as_required(["data_dir", "index", "checkpoint", "out"])
-  app.run(main)
+  cli.run(main, __name__, required=["data_dir", "index", "checkpoint", "out"])
 
 
 if __name__ == "__main__":

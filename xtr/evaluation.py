@@ -11,7 +11,7 @@ in both the qrels and the run, with documents whose id equals the query id dropp
 Ranks everywhere use trec_eval's order (`trec_order`): score descending, ties broken by doc id
 descending. The run's own order and any ranks in a run file are ignored, as trec_eval does.
 """
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
 import json
@@ -41,6 +41,7 @@ class BeirData:
     qrels: {query id: {doc id: relevance}} of the split, every row kept (relevance 0 included).
     num_queries_without_qrels: queries of queries.jsonl with no qrels row in the split; they
       are not evaluated (BEIR's queries.jsonl holds the queries of all splits).
+    corpus_path: the corpus file read (corpus.jsonl or corpus.jsonl.gz).
   """
   doc_ids: tuple[str, ...]
   docs: tuple[str, ...]
@@ -48,6 +49,7 @@ class BeirData:
   queries: tuple[str, ...]
   qrels: dict[str, dict[str, int]]
   num_queries_without_qrels: int
+  corpus_path: str
 
 
 @gin.configurable
@@ -70,7 +72,8 @@ def load_beir(data_dir: str = gin.REQUIRED, split: str = "test") -> BeirData:
                     unjudged, len(queries), qrels_path)
   return BeirData(doc_ids=tuple(corpus), docs=tuple(corpus.values()), query_ids=tuple(qrels),
                   queries=tuple(queries[query_id] for query_id in qrels), qrels=qrels,
-                  num_queries_without_qrels=unjudged)
+                  num_queries_without_qrels=unjudged,
+                  corpus_path=beir_files.resolve(data_dir, "corpus.jsonl"))
 
 
 def trec_order(doc_scores: Mapping[str, float]) -> list[tuple[str, float]]:
@@ -196,9 +199,21 @@ def write_json(results: Mapping[str, Any], path: str) -> None:
     f.write("\n")
 
 
+def check_trec_ids(query_ids: Iterable[str], doc_ids: Iterable[str]) -> None:
+  """Refuses, before a search, ids that a TREC run file cannot hold (empty or with whitespace).
+
+  Raises:
+    ValueError: naming the first such query or document id.
+  """
+  for name, ids in (("query id", query_ids), ("doc id", doc_ids)):
+    for value in ids:
+      _check_token(name, value)
+
+
 def _check_token(name: str, value: str) -> None:
   if not value or any(c.isspace() for c in value):
-    raise ValueError(f"{name} {value!r} is empty or contains whitespace")
+    raise ValueError(f"{name} {value!r} is empty or contains whitespace, which a TREC run file "
+                     "cannot hold (its fields are separated by whitespace)")
 
 
 @contextlib.contextmanager

@@ -6,7 +6,10 @@
 Documents are encoded in chunks (`--docs_per_chunk`) with a progress bar; a killed export
 resumes at its last complete chunk when rerun with the same flags. With --num_shards=S, run once
 per --shard_id (e.g. one per host): each writes INDEX_DIR/shard-SSSSS-of-NNNNN over a contiguous
-range of the corpus, and search fans out over the shards. ScaNN settings: `index.ScannConfig`.
+range of the corpus, and search fans out over the shards. ScaNN settings: `ScannConfig` of
+`xtr.index.scann`. The index records the corpus file's sha256 and the document range: a resumed
+export with another corpus or range is refused. A damaged index is repaired by rerunning the
+command with --repair. Two exports into one directory at once are refused (export.lock).
 """
 import os
 from typing import Sequence
@@ -17,17 +20,23 @@ from absl import flags
 from xtr import beir_files
 from xtr import cli
 from xtr import encoding
-from xtr import index as index_lib
 from xtr import indexing
+from xtr.index import files
+from xtr.index import writer
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None,
                                   "xtr-train model dir or checkpoint step dir.")
 _CORPUS = flags.DEFINE_string("corpus", None, "BEIR corpus.jsonl(.gz) ({_id, title, text}).")
 _OUT = flags.DEFINE_string("out", None, "Index directory to write.")
-_DTYPE = flags.DEFINE_enum("dtype", "float16", index_lib.DTYPES, "Stored token vector dtype.")
-_DOCS_PER_CHUNK = flags.DEFINE_integer("docs_per_chunk", 1000, "Documents per saved chunk.")
-_NUM_SHARDS = flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards.")
+_DTYPE = flags.DEFINE_enum("dtype", "float16", files.DTYPES, "Stored token vector dtype.")
+_DOCS_PER_CHUNK = flags.DEFINE_integer("docs_per_chunk", 1000, "Documents per saved chunk.",
+                                       lower_bound=1)
+_NUM_SHARDS = flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards.",
+                                   lower_bound=1)
 _SHARD_ID = flags.DEFINE_integer("shard_id", 0, "The shard this process exports.")
+_REPAIR = flags.DEFINE_bool("repair", False,
+                            "Verify a complete index in full and redo what is damaged: "
+                            "re-encode from the first damaged chunk, rebuild ScaNN.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -35,24 +44,34 @@ def main(argv: Sequence[str]) -> None:
   cli.quiet_logging()
   cli.parse_gin(extra_bindings=cli.ENCODER_BINDINGS)
   out_dir = _OUT.value
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise app.UsageError(f"--out={out_dir} is a file, not an index directory.")
   if _NUM_SHARDS.value > 1:
-    out_dir = index_lib.shard_path(out_dir, _SHARD_ID.value, _NUM_SHARDS.value)
-  if os.path.exists(os.path.join(out_dir, index_lib.MANIFEST)):
-    print(f"{out_dir} is already a complete index; nothing to do.")
+    out_dir = files.shard_path(out_dir, _SHARD_ID.value, _NUM_SHARDS.value)
+  complete = os.path.exists(os.path.join(out_dir, files.MANIFEST))
+  if complete and not _REPAIR.value:
+    print(f"{out_dir} is already a complete index; nothing to do (--repair verifies it and "
+          "redoes what is damaged).")
     return
   corpus = beir_files.read_jsonl(_CORPUS.value, beir_files.document_text)
   docs = indexing.shard_range(len(corpus), _SHARD_ID.value, _NUM_SHARDS.value)
+  if not len(docs):
+    raise app.UsageError(f"--corpus={_CORPUS.value} has {len(corpus)} documents: nothing for "
+                         f"shard {_SHARD_ID.value} of {_NUM_SHARDS.value} to export.")
+  if complete:
+    print(writer.prepare_repair(out_dir), flush=True)
   doc_ids = list(corpus)[docs.start:docs.stop]
   texts = list(corpus.values())[docs.start:docs.stop]
+  record = indexing.corpus_record(_CORPUS.value, docs, len(corpus))
   encoder = encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
-  manifest = indexing.export(encoder, doc_ids, texts, out_dir, _DTYPE.value, _DOCS_PER_CHUNK.value)
+  manifest = indexing.export(encoder, doc_ids, texts, out_dir, _DTYPE.value, _DOCS_PER_CHUNK.value,
+                             record)
   print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
         f"of dim {manifest['dim']} ({manifest['dtype']}).")
 
 
 def console_entry_point() -> None:
-  flags.mark_flags_as_required(["checkpoint", "corpus", "out"])
-  app.run(main)
+  cli.run(main, __name__, required=["checkpoint", "corpus", "out"])
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """Corpus -> token vectors -> token index: the library side of `xtr-export` (and of the demo).
 
-Kept apart from the CLI module so that importing it (e.g. through the gin config stored in an
-index) defines no command-line flags.
+Kept apart from the CLI module so that importing it defines no command-line flags.
 """
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import gin
 import numpy as np
 import tqdm
 
 from xtr import encoding
-from xtr import index as index_lib
+from xtr import model_spec
+from xtr.index import files
+from xtr.index import scann
+from xtr.index import writer as writer_lib
 
 
 def shard_range(num_docs: int, shard_id: int, num_shards: int) -> range:
@@ -22,19 +24,25 @@ def shard_range(num_docs: int, shard_id: int, num_shards: int) -> range:
   return range(bounds[shard_id], bounds[shard_id + 1])
 
 
+def corpus_record(path: str, docs: range, total_docs: int) -> dict[str, Any]:
+  """What an index records of its corpus: the file (path, sha256) and its documents it holds."""
+  return {"path": path, "sha256": files.sha256(path), "docs": [docs.start, docs.stop],
+          "total_docs": total_docs}
+
+
 def export(encoder: encoding.Encoder, doc_ids: Sequence[str], texts: Sequence[str],
-           out_dir: str, dtype: str, docs_per_chunk: int) -> dict:
+           out_dir: str, dtype: str, docs_per_chunk: int, corpus: dict[str, Any]) -> dict:
   """Encodes `texts` chunk by chunk into an index at `out_dir` (resuming), builds ScaNN.
+
+  Args:
+    corpus: `corpus_record` of the corpus file that `doc_ids` and `texts` come from.
 
   Returns:
     The index manifest.
   """
-  writer = index_lib.IndexWriter(
-      out_dir, encoder.dim, dtype,
-      model_info={"gin_config": gin.config_str(),
-                  "query_max_length": encoder.query_max_length,
-                  "doc_max_length": encoder.doc_max_length},
-      fingerprint=encoder.fingerprint, docs_per_chunk=docs_per_chunk)
+  writer = writer_lib.IndexWriter(
+      out_dir, encoder.dim, dtype, model_spec.describe(encoder), encoder.fingerprint,
+      docs_per_chunk, corpus, gin_config=gin.config_str())
   num_chunks = math.ceil(len(doc_ids) / docs_per_chunk)
   done = writer.completed_chunks()
   if done:
@@ -44,4 +52,4 @@ def export(encoder: encoding.Encoder, doc_ids: Sequence[str], texts: Sequence[st
     docs = slice(chunk * docs_per_chunk, (chunk + 1) * docs_per_chunk)
     writer.write_chunk(chunk, doc_ids[docs], encoder.encode_documents(texts[docs]))
   print(f"Building the ScaNN index of {out_dir}.", flush=True)
-  return writer.finalize(index_lib.ScannConfig())
+  return writer.finalize(scann.ScannConfig())

@@ -15,6 +15,8 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from xtr import typecheck
+
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
 
@@ -49,6 +51,7 @@ def make_mesh(num_partitions: int = 1, dcn_mesh_shape: tuple[int, int] = (1, 1),
   axis across hosts. `mesh_utils.create_hybrid_device_mesh` builds the mesh from per-granule
   (ICI) meshes of shape (data / d, num_partitions / p).
   """
+  typecheck.arguments(make_mesh, locals())
   devices = list(jax.devices() if devices is None else devices)
   if len(devices) % num_partitions:
     raise ValueError(f"num_partitions={num_partitions} does not divide {len(devices)} devices.")

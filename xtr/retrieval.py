@@ -8,6 +8,7 @@
                      small corpora.
 """
 import dataclasses
+import sys
 import time
 from typing import Sequence
 
@@ -15,8 +16,8 @@ import numpy as np
 import tqdm
 
 from xtr import encoding
-from xtr import index as index_lib
 from xtr import scoring as scoring_lib
+from xtr.index import reader
 
 SCORINGS = ("xtr", "colbert", "exact")
 
@@ -46,17 +47,26 @@ class SearchConfig:
 
 @dataclasses.dataclass
 class Results:
-  """Ranked documents of each query and the search + scoring time of each (encoding excluded)."""
+  """Ranked documents of each query and the search + scoring time of each (encoding excluded).
+
+  unknown_only: indices of the queries whose tokens are all unknown to the vocabulary (e.g.
+    emoji or CJK with an English vocabulary): their rankings carry no information.
+  """
   rankings: list[list[tuple[str, float]]]
   latency_ms: np.ndarray  # [Q]
+  unknown_only: list[int] = dataclasses.field(default_factory=list)
 
 
-def search(encoder: encoding.Encoder, token_index: index_lib.TokenIndex,
+def search(encoder: encoding.Encoder, token_index: reader.TokenIndex,
            queries: Sequence[str], config: SearchConfig) -> Results:
-  """Ranks the index's documents for each query."""
+  """Ranks the index's documents for each query; warns of queries of unknown tokens only."""
+  unknown = encoder.unknown_only(queries, encoder.query_max_length)
+  for i in unknown:
+    print(f"Warning: query {i + 1} ({queries[i]!r}) has only tokens that the vocabulary does not "
+          "know: its ranking carries no information.", file=sys.stderr, flush=True)
   q, q_mask = encoder.encode_queries(queries)  # [Q, n, D], [Q, n]
   if config.scoring == "exact":
-    return _exact(token_index, q, q_mask, config)
+    return dataclasses.replace(_exact(token_index, q, q_mask, config), unknown_only=unknown)
   _rank_one(token_index, q[0], q_mask[0], config)  # Compiles, so that no latency includes it.
   rankings, latency_ms = [], []
   for vectors, mask in tqdm.tqdm(zip(q, q_mask), total=len(q), desc="search", unit="query"):
@@ -64,10 +74,10 @@ def search(encoder: encoding.Encoder, token_index: index_lib.TokenIndex,
     doc_index, scores = _rank_one(token_index, vectors, mask, config)
     latency_ms.append(1000 * (time.perf_counter() - start))
     rankings.append(_named(token_index.doc_ids, doc_index, scores))
-  return Results(rankings, np.asarray(latency_ms))
+  return Results(rankings, np.asarray(latency_ms), unknown)
 
 
-def _rank_one(token_index: index_lib.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
               config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
   """One query (q [n, D], q_mask [n]) -> its top_k (doc_index [top_k], scores [top_k])."""
   token_scores, token_docs = token_index.search(q[q_mask], config.k_prime, config.searcher)
@@ -88,7 +98,7 @@ def _rank_one(token_index: index_lib.TokenIndex, q: np.ndarray, q_mask: np.ndarr
   return np.asarray(top_ids), np.asarray(top_scores)
 
 
-def _exact(token_index: index_lib.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+def _exact(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
            config: SearchConfig) -> Results:
   """Exact MaxSim of every query against every document of the index (all in memory)."""
   docs = token_index.doc_vectors(range(token_index.num_docs))

@@ -6,8 +6,8 @@
 Queries: a .jsonl file of {"_id", "text"} (BEIR queries), a .tsv file of `id<TAB>text`, or plain
 text with one query per line (ids are line numbers); `-` reads plain text from stdin. Output:
 JSONL ({"query_id", "query", "results": [{"doc_id", "score", "rank"}]}) or a TREC run file.
-The model comes from the index (its stored gin config); the checkpoint must be the one the index
-was exported with.
+The model comes from the index (its manifest describes it as data); the checkpoint must be the
+one the index was exported with.
 """
 import json
 import sys
@@ -29,24 +29,7 @@ _QUERIES = flags.DEFINE_string("queries", "-",
 _OUT = flags.DEFINE_string("out", "-", "Output file, - = stdout.")
 _FORMAT = flags.DEFINE_enum("format", "jsonl", ("jsonl", "trec"), "Output format.")
 _SEARCH_CONFIG = cli.define_search_flags()
-
-
-def read_queries(path: str) -> dict[str, str]:
-  """{query id: text} from a .jsonl or .tsv file, or text lines (a file or - for stdin)."""
-  if path.endswith(".jsonl"):
-    return beir_files.read_jsonl(path, beir_files.query_text)
-  lines = (sys.stdin if path == "-" else open(path, encoding="utf-8")).read().splitlines()
-  if not path.endswith(".tsv"):
-    return {str(i): line for i, line in enumerate(lines, start=1) if line.strip()}
-  queries = {}
-  for line_number, line in enumerate(lines, start=1):
-    fields = line.split("\t")
-    if len(fields) != 2 or not fields[1].strip():
-      raise ValueError(f"{path}:{line_number}: expected `id<TAB>text`, got {line!r}")
-    if fields[0] in queries:
-      raise ValueError(f"{path}:{line_number}: duplicate query id {fields[0]!r}")
-    queries[fields[0]] = fields[1]
-  return queries
+_OPEN_FOR_SEARCH = cli.define_index_flags()
 
 
 def _jsonl(queries: dict[str, str], rankings: list[list[tuple[str, float]]]) -> str:
@@ -60,13 +43,16 @@ def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   cli.quiet_logging()
   config = _SEARCH_CONFIG()
-  queries = read_queries(_QUERIES.value)
-  encoder, token_index = cli.open_for_search(_INDEX.value, _CHECKPOINT.value)
+  if _FORMAT.value == "trec" and _OUT.value == "-":
+    raise app.UsageError("--format=trec needs --out=FILE.")
+  cli.check_output_file("out", _OUT.value)
+  queries = beir_files.read_queries(_QUERIES.value)
+  encoder, token_index = _OPEN_FOR_SEARCH(_INDEX.value, _CHECKPOINT.value)
+  if _FORMAT.value == "trec":
+    evaluation.check_trec_ids(queries, token_index.doc_ids)
   results = retrieval.search(encoder, token_index, list(queries.values()), config)
   if _FORMAT.value == "trec":
     run = {query_id: dict(ranking) for query_id, ranking in zip(queries, results.rankings)}
-    if _OUT.value == "-":
-      raise app.UsageError("--format=trec needs --out=FILE.")
     evaluation.write_trec_run(run, _OUT.value, tag=f"xtr-{config.scoring}")
   elif _OUT.value == "-":
     sys.stdout.write(_jsonl(queries, results.rankings))
@@ -76,8 +62,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry_point() -> None:
-  flags.mark_flags_as_required(["index", "checkpoint"])
-  app.run(main)
+  cli.run(main, __name__, required=["index", "checkpoint"])
 
 
 if __name__ == "__main__":

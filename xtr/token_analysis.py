@@ -17,13 +17,12 @@ from typing import Any, Sequence
 import matplotlib
 import numpy as np
 import tqdm
-from absl import app
 from absl import flags
 
 from xtr import cli
 from xtr import evaluation
-from xtr import index as index_lib
 from xtr import vocabularies
+from xtr.index import reader
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -38,6 +37,7 @@ _LABEL = flags.DEFINE_string("label", "model", "The model's name in the JSON and
 _OUT = flags.DEFINE_string("out", None, "JSON of the curves to write.")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of the curves to write (optional).")
 _COMPARE = flags.DEFINE_list("compare", [], "Earlier --out JSON files drawn in the same plot.")
+_OPEN_FOR_SEARCH = cli.define_index_flags()
 
 
 def token_curves(doc_index: Sequence[np.ndarray], position: Sequence[np.ndarray],
@@ -70,7 +70,7 @@ def token_curves(doc_index: Sequence[np.ndarray], position: Sequence[np.ndarray]
           "lexical": np.concatenate(lexical).mean(axis=0)}
 
 
-def analyze(data: evaluation.BeirData, encoder: Any, token_index: index_lib.TokenIndex, k: int,
+def analyze(data: evaluation.BeirData, encoder: Any, token_index: reader.TokenIndex, k: int,
             searcher: str) -> dict[str, Any]:
   """Retrieves the top-k tokens of every (non-special) query token of `data`; their curves."""
   vocab = encoder.vocabulary
@@ -125,7 +125,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   cli.quiet_logging()
   data = evaluation.load_beir(_DATA_DIR.value, _SPLIT.value)
-  encoder, token_index = cli.open_for_search(_INDEX.value, _CHECKPOINT.value)
+  encoder, token_index = _OPEN_FOR_SEARCH(_INDEX.value, _CHECKPOINT.value)
   result = {"label": _LABEL.value, "index": _INDEX.value, "checkpoint": _CHECKPOINT.value,
             "data_dir": _DATA_DIR.value, "split": _SPLIT.value,
             **analyze(data, encoder, token_index, _K.value, _SEARCHER.value)}
@@ -145,8 +145,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry_point() -> None:
-  flags.mark_flags_as_required(["data_dir", "index", "checkpoint", "out"])
-  app.run(main)
+  cli.run(main, __name__, required=["data_dir", "index", "checkpoint", "out"])
 
 
 if __name__ == "__main__":

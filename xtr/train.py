@@ -42,7 +42,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry_point() -> None:
-  app.run(main)
+  cli.run(main, __name__)
 
 
 if __name__ == "__main__":

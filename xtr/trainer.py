@@ -28,6 +28,7 @@ from xtr import models
 from xtr import objective as objective_lib
 from xtr import optimizers
 from xtr import partitioning
+from xtr import typecheck
 
 
 PCA_BATCHES = 4  # Training batches whose token vectors give the "pca" projection init.
@@ -204,6 +205,7 @@ def train(model_dir: str = gin.REQUIRED,
       the top principal directions of the pretrained backbone's token vectors on the first
       training examples (`models.pca_projection`), which keeps the pretrained MaxSim geometry.
   """
+  typecheck.arguments(train, locals())
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
   objective = objective_lib.Objective(
       scoring, k_train, temperature, scoring == "xtr" if token_hit_rate is None else token_hit_rate)

@@ -33,11 +33,18 @@ def t5_vocabulary(spm_path: str, extra_ids: int = 100) -> seqio.SentencePieceVoc
   return seqio.SentencePieceVocabulary(str(spm_path), extra_ids=extra_ids)
 
 
-def _read_tokens(path: pathlib.Path) -> list[str]:
-  """WordPiece tokens in id order from a tokenizer.json or vocab.txt (or a dir holding one)."""
+def wordpiece_file(path: str | pathlib.Path) -> str:
+  """The tokenizer.json or vocab.txt at `path`, or in the directory `path`."""
+  path = pathlib.Path(path)
   if path.is_dir():
     path = next((path / name for name in ("tokenizer.json", "vocab.txt")
                  if (path / name).exists()), path / "vocab.txt")
+  return str(path)
+
+
+def _read_tokens(path: pathlib.Path) -> list[str]:
+  """WordPiece tokens in id order from a tokenizer.json or vocab.txt (or a dir holding one)."""
+  path = pathlib.Path(wordpiece_file(path))
   if path.suffix != ".json":
     return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
   spec = json.loads(path.read_text(encoding="utf-8"))
@@ -92,6 +99,10 @@ class BertVocabulary(seqio.Vocabulary):
 
   def __repr__(self) -> str:
     return f"BertVocabulary({self._path!r})"
+
+  @property
+  def path(self) -> str:
+    return self._path
 
   @functools.cached_property
   def _tokens(self) -> tuple[str, ...]:
@@ -201,3 +212,17 @@ def encode_batch(vocab: seqio.Vocabulary, texts: Sequence[str], max_length: int)
   """texts -> [N, max_length] int32 ids of `tokenize_tf`, padded with 0."""
   ids = tokenize_tf(vocab, tf.constant(list(texts), tf.string, [len(texts)]), max_length)
   return ids.to_tensor(0, shape=[len(texts), max_length]).numpy()
+
+
+def unknown_only(vocab: seqio.Vocabulary, ids: np.ndarray) -> np.ndarray:
+  """ids: [N, L] of `encode_batch` -> [N] bool: texts whose tokens are all unknown (or none).
+
+  Special tokens, padding and T5's bare word-boundary piece "▁" do not count: "😀" is
+  ["▁", <unk>] in T5 and [UNK] in BERT, both unknown only.
+  """
+  prefix, suffix = special_tokens(vocab)
+  ignored = {vocab.pad_id, *prefix, *suffix}
+  if isinstance(vocab, seqio.SentencePieceVocabulary):
+    ignored.add(vocab.tokenizer.piece_to_id("\u2581"))
+  content = ~np.isin(ids, list(ignored))
+  return np.all(~content | (ids == vocab.unk_id), axis=1)

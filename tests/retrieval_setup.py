@@ -1,0 +1,35 @@
+"""What the retrieval tests share: an untrained tiny T5 checkpoint and the SciFact slice's size.
+
+conftest.py builds the `scifact_slice` and `exported` fixtures from them.
+"""
+import pathlib
+
+import flax.linen as nn
+import gin
+import jax
+import numpy as np
+
+from xtr import checkpoints
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SLICE_QUERIES = 12  # the SciFact slice: its first test queries ...
+SLICE_DOCS = 150  # ... their judged documents and other documents
+
+
+@gin.configurable
+def _gin_model(model=gin.REQUIRED):
+  return model
+
+
+def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings: str) -> None:
+  """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would."""
+  gin.clear_config()
+  gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
+                                      [f"T5_SPM_PATH = '{t5_spm_path}'",
+                                       "_gin_model.model = %MODEL", *bindings])
+  model = _gin_model()
+  params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])
+  checkpointer = checkpoints.Checkpointer(str(model_dir))
+  checkpointer.manager.save(1, args=checkpoints.ocp.args.Composite(
+      state=checkpoints.ocp.args.StandardSave({"params": jax.tree.map(np.asarray, params)})))
+  checkpointer.close()

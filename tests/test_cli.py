@@ -1,0 +1,219 @@
+"""The command-line tools: --help, errors that point at their cause, and hostile indexes."""
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import gin
+import numpy as np
+import pytest
+from absl import app
+
+from tests.retrieval_setup import REPO, random_checkpoint
+from xtr import beir_files
+from xtr import cli
+from xtr import encoding
+from xtr import eval_beir
+from xtr import evaluation
+from xtr import model_spec
+from xtr import partitioning
+from xtr import retrieval
+from xtr import trainer
+from xtr import vocabularies
+from xtr.index import files
+from xtr.index import reader
+
+_ENV = {**os.environ, "XLA_FLAGS": ""}
+
+
+def _run(module: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+  """Runs the console script of `module` as installed (argv[0] is not the module)."""
+  code = (f"import sys; sys.argv = ['xtr-tool', *sys.argv[1:]]; import {module}; "
+          f"{module}.console_entry_point()")
+  return subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True,
+                        text=True, cwd=REPO, env=_ENV)
+
+
+@pytest.mark.parametrize("module, own_flags", [
+    ("xtr.train", ["--multihost", "--process_id", "--gin_file"]),
+    ("xtr.export", ["--corpus", "--repair", "--docs_per_chunk"]),
+    ("xtr.search", ["--queries", "--format", "--k_prime", "--verify", "--vocabulary"]),
+    ("xtr.eval_beir", ["--data_dir", "--run_file", "--impute", "--verify"]),
+    ("xtr.token_analysis", ["--compare", "--plot", "--verify"]),
+    ("xtr.demo", ["--gin_file", "--gin_bindings"]),
+])
+def test_help_lists_the_tools_own_flags_and_exits_0(module, own_flags):
+  process = _run(module, "--help")
+  assert process.returncode == 0, process.stderr[-2000:]
+  for flag in own_flags:
+    assert re.search(rf"^  --(\[no\])?{flag[2:]}:", process.stdout, re.M), flag
+  assert "(default: " in process.stdout
+  assert "--jax_" not in process.stdout and "--xla_" not in process.stdout
+
+
+def _hostile_gin(marker) -> str:
+  """A gin config that, parsed and used by the encoder, runs `touch marker`."""
+  return ("from __gin__ import dynamic_registration\nimport subprocess\nimport xtr.encoding\n"
+          f"subprocess.run.args = ['touch', '{marker}']\n"
+          "xtr.encoding.Encoder.batch_size = @subprocess.run()\n")
+
+
+def _copy_index(exported, tmp_path, edit):
+  index_dir = tmp_path / "index"
+  shutil.copytree(exported[1], index_dir)
+  manifest = json.loads((index_dir / files.MANIFEST).read_text())
+  edit(manifest)
+  (index_dir / files.MANIFEST).write_text(json.dumps(manifest))
+  return index_dir
+
+
+def test_stored_gin_config_is_never_run(exported, tmp_path):
+  marker = tmp_path / "pwned"
+  gin.clear_config()
+  gin.parse_config(_hostile_gin(marker))  # The payload is live: parsed and used, it runs ...
+  try:
+    encoding.Encoder(None, model=None, vocabulary=None)
+  except Exception:  # pylint: disable=broad-except
+    pass  # (a CompletedProcess is no batch size)
+  finally:
+    gin.clear_config()
+  assert marker.exists()
+  marker.unlink()
+  # ... but search never parses what an index stores: the hostile index searches normally,
+  index_dir = _copy_index(exported, tmp_path, lambda m: m.update(gin_config=_hostile_gin(marker)))
+  process = _run("xtr.search", f"--index={index_dir}", f"--checkpoint={exported[0]}",
+                 "--top_k=3", stdin="vitamin c\n")
+  assert process.returncode == 0, process.stderr[-2000:]
+  assert len(json.loads(process.stdout)["results"]) == 3
+  # an index of the old format (which did run its gin text) is refused,
+  old = _copy_index(exported, tmp_path / "old", lambda m: m.update(
+      format=1, model={"gin_config": _hostile_gin(marker)}))
+  process = _run("xtr.search", f"--index={old}", f"--checkpoint={exported[0]}", stdin="q\n")
+  assert process.returncode != 0 and "format 1" in process.stderr
+  assert not marker.exists()
+  # and a model description names only modules of a fixed table.
+  token_index = reader.open_index(str(exported[1]))
+  spec = token_index.manifest["model"] | {"backbone": "os.system"}
+  with pytest.raises(ValueError, match=r"model.backbone must be one of \['bert', 't5'\]"):
+    model_spec.encoder(spec, "manifest", None, "ckpt")
+
+
+def test_a_checkpoint_of_another_token_dim_is_named(exported, tmp_path, t5_spm_path):
+  random_checkpoint(tmp_path / "model64", 0, t5_spm_path, "models.XTREncoder.embed_dim = 64")
+  token_index = reader.open_index(str(exported[1]))
+  with pytest.raises(ValueError, match=r"does not fit the model of the index \(manifest\): token "
+                     r"dim 128 \(index\) vs 64 \(checkpoint\)"):
+    model_spec.encoder(token_index.manifest["model"], "manifest",
+                       encoding.load_params(str(tmp_path / "model64")), "model64")
+
+
+def test_eval_warns_when_the_corpus_is_not_the_indexed_one(exported, scifact_slice, tmp_path):
+  data_dir = tmp_path / "data"
+  shutil.copytree(scifact_slice, data_dir)
+  lines = (data_dir / "corpus.jsonl").read_text().splitlines(keepends=True)
+  (data_dir / "corpus.jsonl").write_text("".join(lines[:-1]))  # one unjudged document fewer
+  process = _run("xtr.eval_beir", f"--data_dir={data_dir}", f"--index={exported[1]}",
+                 f"--checkpoint={exported[0]}", f"--out={tmp_path / 'r.json'}", "--k_prime=50")
+  assert process.returncode == 0, process.stderr[-2000:]
+  assert f"Warning: {data_dir / 'corpus.jsonl'} is not the corpus file" in process.stderr
+  assert json.loads((tmp_path / "r.json").read_text())["corpus_matches_index"] is False
+
+
+def test_export_refuses_an_empty_corpus_before_writing_anything(tmp_path):
+  (tmp_path / "corpus.jsonl").write_text("")
+  process = _run("xtr.export", "--gin_file=gin/models/t5_1_1_tiny.gin",
+                 f"--corpus={tmp_path / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
+                 "--checkpoint=/no/such/checkpoint")
+  assert process.returncode != 0
+  assert "has 0 documents: nothing for shard 0 of 1 to export" in process.stderr
+  assert not (tmp_path / "index").exists()
+
+
+def test_search_refuses_a_directory_as_output_before_searching(tmp_path):
+  process = _run("xtr.search", f"--index={tmp_path / 'none'}", "--checkpoint=none",
+                 f"--out={tmp_path}", stdin="q\n")
+  assert process.returncode != 0 and f"--out={tmp_path} is a directory" in process.stderr
+  with pytest.raises(app.UsageError, match="the directory .*/missing does not exist"):
+    cli.check_output_file("run_file", str(tmp_path / "missing" / "run.trec"))
+
+
+def test_trec_output_refuses_ids_with_whitespace():
+  evaluation.check_trec_ids(["q1"], ["d1", "d2"])
+  with pytest.raises(ValueError, match="doc id 'doc 7' is empty or contains whitespace, which a "
+                     "TREC run file cannot hold"):
+    evaluation.check_trec_ids(["q1"], ["d1", "doc 7"])
+
+
+@pytest.mark.parametrize("content, name", [("", "file"), (" \n\t\n", "file"), ("", "-")])
+def test_empty_query_input_is_a_message(tmp_path, monkeypatch, content, name):
+  path = tmp_path / "queries.txt"
+  path.write_text(content)
+  monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(content.encode())))
+  with pytest.raises(ValueError, match="holds no query"):
+    beir_files.read_queries(str(path) if name == "file" else "-")
+
+
+def test_invalid_utf8_queries_name_file_line_and_byte(tmp_path):
+  path = tmp_path / "queries.tsv"
+  path.write_bytes(b"q1\tfine\nq2\tbad \xc3\n")
+  with pytest.raises(ValueError, match=f"{path}:2: invalid UTF-8 at byte 8 of the line"):
+    beir_files.read_queries(str(path))
+
+
+@pytest.mark.parametrize("binding, message", [
+    ("trainer.train.num_steps = 'five'", "trainer.train.num_steps = 'five': expected int, got str"),
+    ("trainer.train.batch_size = 16.0", "trainer.train.batch_size = 16.0: expected int, got float"),
+    ("trainer.train.temperature = '1'", "trainer.train.temperature = '1': expected float, got str"),
+])
+def test_a_gin_binding_of_the_wrong_type_is_refused_first(monkeypatch, binding, message):
+  monkeypatch.setattr(partitioning, "make_mesh", lambda *a: pytest.fail("the mesh was built"))
+  gin.clear_config()
+  gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke.gin")], [binding])
+  try:
+    with pytest.raises(TypeError, match=message):
+      trainer.train()
+  finally:
+    gin.clear_config()
+
+
+def test_queries_of_unknown_tokens_only_are_flagged(t5_spm_path, minilm_dir):
+  t5 = vocabularies.t5_vocabulary(str(t5_spm_path))
+  bert = vocabularies.bert_vocabulary(minilm_dir)
+  texts = ["what causes scurvy", "😀 🙂", "", "😀 vitamin"]
+  for vocab in (t5, bert):
+    ids = vocabularies.encode_batch(vocab, texts, 16)
+    np.testing.assert_array_equal(vocabularies.unknown_only(vocab, ids),
+                                  [False, True, True, False])
+
+
+def test_unknown_queries_are_warned_of_and_counted(exported, scifact_slice, capsys):
+  token_index = reader.open_index(str(exported[1]))
+  encoder = model_spec.encoder(token_index.manifest["model"], "manifest",
+                               encoding.load_params(str(exported[0])), "model")
+  data = evaluation.load_beir(str(scifact_slice), "test")
+  queries = list(data.queries)
+  queries[2] = "😀😀"
+  results = retrieval.search(encoder, token_index, queries, retrieval.SearchConfig(k_prime=50))
+  assert results.unknown_only == [2]
+  assert "query 3 ('😀😀') has only tokens that the vocabulary does not know" in (
+      capsys.readouterr().err)
+  report, _ = eval_beir.evaluate_split(data, results, retrieval.SearchConfig(k_prime=50))
+  assert report["unknown_only_queries"] == {"count": 1, "query_ids": [data.query_ids[2]]}
+
+
+def test_negative_relevance_counts_as_non_relevant_as_in_beir():
+  run = {"q": {"a": 3.0, "b": 2.0, "c": 1.0}}
+  with_negative = evaluation.evaluate({"q": {"a": -2, "b": 1, "c": 2}}, run)
+  with_zero = evaluation.evaluate({"q": {"a": 0, "b": 1, "c": 2}}, run)
+  assert with_negative == with_zero
+  assert with_negative["mrr@10"] == 0.5
+
+
+def test_eval_refuses_an_index_that_lacks_judged_documents():
+  eval_beir.check_index_covers_qrels(["d1", "d2"], {"q": {"d1": 1, "d2": 0}}, "index")
+  with pytest.raises(ValueError, match=r"The index at index lacks 1 judged documents \(e.g. "
+                     r"\['d2'\]\): was it exported from this dataset's corpus"):
+    eval_beir.check_index_covers_qrels(["d1"], {"q": {"d1": 1, "d2": 0}}, "index")

@@ -1,0 +1,230 @@
+"""An index is untrusted input: hostile files never run, damage is caught before a ranking,
+provenance is checked, and two exports never write one directory."""
+import json
+import os
+import pathlib
+import pickle
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.test_index import REPO, _export, _files, _ids, _integer_docs, _new_writer, _write_chunks
+from xtr.index import files
+from xtr.index import reader
+from xtr.index import verify
+from xtr.index import writer as index_writer
+
+QUERIES = np.random.default_rng(1).integers(-8, 9, (6, 32)).astype(np.float32)
+
+
+class _Payload:
+  """Unpickling it creates `marker`: what a hostile scann_docids.pkl would do."""
+
+  def __init__(self, marker):
+    self.marker = str(marker)
+
+  def __reduce__(self):
+    return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def _index(path, num_docs=40, docs_per_chunk=8) -> pathlib.Path:
+  _export(path, _ids(num_docs), _integer_docs(num_docs), docs_per_chunk=docs_per_chunk)
+  return path
+
+
+def _edit_manifest(path, edit) -> None:
+  manifest = json.loads((path / files.MANIFEST).read_text())
+  edit(manifest)
+  (path / files.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_pickled_doc_ids_are_refused_and_never_loaded(tmp_path):
+  path = _index(tmp_path / "index")
+  marker = tmp_path / "pwned"
+  pkl = path / "scann" / "scann_docids.pkl"
+  pkl.write_bytes(pickle.dumps(_Payload(marker)))
+  pickle.loads(pkl.read_bytes())  # The payload is live ...
+  assert marker.exists()
+  marker.unlink()
+  with pytest.raises(files.DamagedIndexError, match=r"does not list: \['scann_docids.pkl'\]"):
+    reader.open_index(str(path)).search(QUERIES, 5, "scann")
+  # ... and stays refused when a hostile manifest lists it with its true checksum.
+  _edit_manifest(path, lambda m: m["files"].update(
+      {"scann/scann_docids.pkl": files.record(str(pkl))}))
+  with pytest.raises(files.DamagedIndexError, match=r"lists \['scann_docids.pkl'\].* never"):
+    reader.open_index(str(path)).search(QUERIES, 5, "scann")
+  assert not marker.exists()
+
+
+def test_scann_assets_outside_the_listed_files_are_refused(tmp_path):
+  path = _index(tmp_path / "index")
+  assets = path / "scann" / "scann_assets.pbtxt"
+  assets.write_text(assets.read_text().replace('"hashed_dataset.npy"', '"../../elsewhere.npy"'))
+  _edit_manifest(path, lambda m: m["files"].update(
+      {"scann/scann_assets.pbtxt": files.record(str(assets))}))
+  with pytest.raises(files.DamagedIndexError, match=r"names files that the manifest does not "
+                     r"list: \['../../elsewhere.npy'\]"):
+    reader.open_index(str(path)).search(QUERIES, 5, "scann")
+
+
+@pytest.mark.parametrize("problem, edit", [
+    ("field 'files' is missing", lambda m: m.pop("files")),
+    ("field 'dim' is missing or not a int", lambda m: m.update(dim="32")),
+    (r"files: '../outside.npy' is not a path inside the index",
+     lambda m: m["files"].update({"../outside.npy": {"sha256": "0", "size": 1}})),
+])
+def test_malformed_manifests_are_refused_naming_the_field(tmp_path, problem, edit):
+  path = _index(tmp_path / "index")
+  _edit_manifest(path, edit)
+  with pytest.raises(files.DamagedIndexError, match=f"manifest.json: {problem}"):
+    reader.open_index(str(path))
+
+
+def test_an_index_of_the_old_format_is_refused_with_how_to_reexport(tmp_path):
+  path = _index(tmp_path / "index")
+  _edit_manifest(path, lambda m: m.update(format=1))
+  with pytest.raises(ValueError, match=r"format 1.*gin text.*Re-export it .*xtr-export"):
+    reader.open_index(str(path))
+
+
+def _flip_byte(path: pathlib.Path, offset: int = -1) -> None:
+  data = bytearray(path.read_bytes())
+  data[offset] ^= 0x5A
+  path.write_bytes(bytes(data))
+
+
+def _swap_first_lines(path: pathlib.Path) -> None:
+  lines = path.read_text().splitlines(keepends=True)
+  path.write_text("".join([lines[1], lines[0], *lines[2:]]))
+
+
+@pytest.mark.parametrize("damaged, damage, searcher", [
+    ("chunks/vectors-00001.npy", _flip_byte, "bruteforce"),
+    ("doc_ids.jsonl", _swap_first_lines, "scann"),
+    ("scann/hashed_dataset.npy", lambda p: _flip_byte(p, -20), "scann"),
+    ("scann/datapoint_to_token.npy", lambda p: p.write_bytes(p.read_bytes()[:-8]), "scann"),
+    ("scann/ah_codebook.pb", lambda p: p.write_bytes(b""), "scann"),
+])
+def test_damage_is_caught_before_a_ranking_naming_the_file(tmp_path, damaged, damage, searcher):
+  path = _index(tmp_path / "index")
+  expected = reader.open_index(str(path)).search(QUERIES, 5, searcher)
+  damage(path / damaged)
+  with pytest.raises(files.DamagedIndexError,
+                     match=rf"{path / damaged} is damaged: .*Repair: rerun the xtr-export"):
+    reader.open_index(str(path)).search(QUERIES, 5, searcher)
+  # --repair redoes what is damaged, and the index ranks as before.
+  print(index_writer.prepare_repair(str(path)))
+  writer = _new_writer(path, 40, docs_per_chunk=8)
+  _write_chunks(writer, _ids(40), _integer_docs(40), 8)
+  writer.finalize()
+  for got, want in zip(reader.open_index(str(path)).search(QUERIES, 5, searcher), expected):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_repair_reencodes_from_the_first_damaged_chunk_only(tmp_path):
+  reference = _index(tmp_path / "reference")
+  path = _index(tmp_path / "index")
+  _flip_byte(path / "chunks/vectors-00003.npy")
+  assert "re-encoding from chunk 3 of 5" in index_writer.prepare_repair(str(path))
+  writer = _new_writer(path, 40, docs_per_chunk=8)
+  assert writer.completed_chunks() == 3
+  _write_chunks(writer, _ids(40), _integer_docs(40), 8)
+  writer.finalize()
+  assert _files(path) == _files(reference)
+
+
+def _count_hashes(monkeypatch) -> list[str]:
+  hashed = []
+  real = files.sha256
+  monkeypatch.setattr(files, "sha256", lambda p: hashed.append(os.path.basename(p)) or real(p))
+  return hashed
+
+
+def test_fast_verification_hashes_large_files_once_and_again_when_they_change(
+    tmp_path, monkeypatch):
+  monkeypatch.setattr(verify, "SMALL_FILE", 1000)  # The chunks (~2 KB each) count as large.
+  path = _index(tmp_path / "index")
+  hashed = _count_hashes(monkeypatch)
+  reader.open_index(str(path)).search(QUERIES, 5, "bruteforce")
+  assert {f"vectors-0000{c}.npy" for c in range(5)} <= set(hashed)
+  assert (path / verify.RECORD).exists()
+  hashed.clear()
+  reader.open_index(str(path)).search(QUERIES, 5, "bruteforce")
+  assert not any(name.startswith("vectors") for name in hashed)  # recorded, unchanged
+  assert files.DOC_IDS in hashed  # small files: every open
+  # A chunk changed in place, its size and mtime kept: its ctime betrays it.
+  chunk = path / "chunks/vectors-00002.npy"
+  stat = chunk.stat()
+  _flip_byte(chunk)
+  os.utime(chunk, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+  with pytest.raises(files.DamagedIndexError, match="vectors-00002.npy is damaged"):
+    reader.open_index(str(path)).search(QUERIES, 5, "bruteforce")
+  # A copy (mtimes kept, record included) is verified anew: a shipped record vouches for nothing.
+  _flip_byte(chunk)
+  copy = tmp_path / "copy"
+  shutil.copytree(path, copy)
+  hashed.clear()
+  reader.open_index(str(copy)).search(QUERIES, 5, "bruteforce")
+  assert {f"vectors-0000{c}.npy" for c in range(5)} <= set(hashed)
+
+
+def test_full_verification_hashes_every_open_and_off_checks_sizes_only(tmp_path, monkeypatch):
+  path = _index(tmp_path / "index")
+  _flip_byte(path / "chunks/vectors-00001.npy")
+  with pytest.raises(files.DamagedIndexError, match="vectors-00001.npy is damaged"):
+    reader.open_index(str(path), verify="full").search(QUERIES, 5, "bruteforce")
+  reader.open_index(str(path), verify="off").search(QUERIES, 5, "bruteforce")  # not caught
+  (path / "doc_offsets.npy").write_bytes((path / "doc_offsets.npy").read_bytes() + b"\0")
+  with pytest.raises(files.DamagedIndexError, match=r"doc_offsets.npy is damaged: \d+ bytes"):
+    reader.open_index(str(path), verify="off")
+
+
+def test_resumed_export_refuses_another_corpus_or_range(tmp_path):
+  writer = _new_writer(tmp_path, 8)
+  writer.write_chunk(0, ["a"], [np.ones((2, 32), np.float32)])
+  del writer  # as if the export died
+  corpus = {"path": "corpus.jsonl", "sha256": "c0ffee", "docs": [0, 8], "total_docs": 8}
+  for other in ({"sha256": "beef"}, {"docs": [0, 7]}):
+    with pytest.raises(ValueError, match=r"other settings \(corpus differ"):
+      index_writer.IndexWriter(str(tmp_path), 32, "float32", {"backbone": "t5", "embed_dim": 32},
+                               "ckpt-1234", 4, corpus | other)
+  moved = corpus | {"path": "/elsewhere/corpus.jsonl"}  # the same file, moved: resumes
+  index_writer.IndexWriter(str(tmp_path), 32, "float32", {"backbone": "t5", "embed_dim": 32},
+                           "ckpt-1234", 4, moved).finalize()
+
+
+_HOLD_LOCK = """
+import sys, time
+from tests.test_index import _new_writer
+writer = _new_writer(sys.argv[1], 4)
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_export_is_refused_and_a_killed_one_leaves_no_stuck_lock(tmp_path):
+  holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(tmp_path)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(RuntimeError, match=rf"being written by another export \(process "
+                       rf"{holder.pid} on .*\); wait for it"):
+      _new_writer(tmp_path, 4)
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+  assert (tmp_path / index_writer.LOCK).exists()  # left behind by the killed export ...
+  _new_writer(tmp_path, 4)  # ... but not held: the next export proceeds.
+
+
+def test_the_package_never_unpickles_or_evaluates():
+  forbidden = re.compile(r"\bimport pickle|\bpickle\.\w|allow_pickle=True|\.load_searcher\(|"
+                         r"\beval\(|\bexec\(|gin\.parse_config\(")
+  for path in sorted((REPO / "xtr").rglob("*.py")) + sorted((REPO / "tasks").rglob("*.py")):
+    found = forbidden.search(path.read_text())
+    assert found is None, f"{path} uses {found and found.group()}"

@@ -1,0 +1,23 @@
+"""The token index: every document token vector of a corpus on disk, searched exactly or with ScaNN.
+
+One index directory (a sharded export writes one per shard, `files.shard_path(root, s, n)`, and
+`reader.open_index(root)` fans out over them as one index):
+
+  writer.json                 the writer's settings (model, corpus, ...): a killed export resumes
+                              with them and refuses other ones
+  export.lock                 held (flock) while an export writes; removed when it completes
+  chunks/vectors-00000.npy    [T_c, D] float32|float16 token vectors of chunk 0
+  chunks/doc_index-00000.npy  [T_c] int32 doc index (within this directory) of each token
+  chunks/chunk-00000.json     doc ids, doc lengths, sha256 and size of the two .npy files of
+                              chunk 0; written after them, so its presence marks the chunk complete
+  scann/                      the serialized ScaNN searcher over all T tokens (relative paths)
+  doc_ids.jsonl               one JSON string per line: doc index -> corpus doc id
+  doc_offsets.npy             [N + 1] int64: doc i owns token rows offsets[i]:offsets[i + 1]
+  manifest.json               written last: its presence means the index is complete; lists
+                              every file above with its sha256 and size
+  verified.json               written by readers: which large files were verified, when (`verify`)
+
+Modules: `files` (layout, atomic writes, checksums), `scann` (build, write and load ScaNN without
+pickle), `exact` (brute-force token search), `writer` (`IndexWriter`, resumable), `verify`
+(checking files against the manifest) and `reader` (`open_index`, `TokenIndex`).
+"""

@@ -1,0 +1,101 @@
+"""The files of an index directory: names, atomic writes, checksums and checked reads.
+
+Every file is written under `<name>.tmp` and renamed, so a killed export leaves only complete
+files (plus temporaries that the resumed export overwrites). Everything read back is untrusted:
+JSON and .npy only (never pickle), with errors that name the file.
+"""
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import numpy as np
+
+FORMAT = 2
+MANIFEST = "manifest.json"
+WRITER = "writer.json"
+DOC_IDS = "doc_ids.jsonl"
+DOC_OFFSETS = "doc_offsets.npy"
+SCANN_DIR = "scann"
+DTYPES = ("float32", "float16")
+SHARD_NAME = re.compile(r"shard-\d{5}-of-(\d{5})")
+
+
+class DamagedIndexError(ValueError):
+  """A file of an index differs from what its manifest records."""
+
+
+def shard_path(root: str, shard: int, num_shards: int) -> str:
+  """Directory of shard `shard` of a sharded export under `root`."""
+  return os.path.join(root, f"shard-{shard:05d}-of-{num_shards:05d}")
+
+
+def chunk_files(index_dir: str, chunk: int) -> dict[str, str]:
+  """{"vectors", "doc_index", "chunk"}: the paths of chunk `chunk`'s three files."""
+  return {name: os.path.join(index_dir, "chunks", f"{name}-{chunk:05d}.{ext}")
+          for name, ext in (("vectors", "npy"), ("doc_index", "npy"), ("chunk", "json"))}
+
+
+def atomic_write(path: str, write: Callable[[BinaryIO], None], tmp: str | None = None) -> None:
+  """Writes `path` through a temporary (`path.tmp` by default) and a rename: `path` is either
+  absent or complete."""
+  tmp = tmp or path + ".tmp"
+  with open(tmp, "wb") as f:
+    write(f)
+  os.replace(tmp, path)
+
+
+def write_json(path: str, value: Any, tmp: str | None = None) -> None:
+  atomic_write(path, lambda f: f.write(json.dumps(value, indent=1, sort_keys=True).encode()), tmp)
+
+
+def write_npy(path: str, array: np.ndarray) -> None:
+  atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+def read_json(path: str) -> Any:
+  """The JSON value in `path`; a ValueError naming the file if it is not valid JSON."""
+  with open(path, "rb") as f:
+    try:
+      return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise DamagedIndexError(f"{path} is not valid JSON ({e}): the token index is damaged."
+                              ) from None
+
+
+def json_line(line: bytes, path: str, line_number: int) -> Any:
+  """One line of a .jsonl file; a ValueError naming the file and line if it is not JSON."""
+  try:
+    return json.loads(line)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise DamagedIndexError(f"{path}:{line_number}: not valid JSON ({e}): the token index is "
+                            "damaged.") from None
+
+
+def sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 24), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def record(path: str) -> dict[str, Any]:
+  """{"sha256", "size"} of the file at `path`: how a manifest lists it."""
+  return {"sha256": sha256(path), "size": os.path.getsize(path)}
+
+
+def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+  """Memory-maps `path`, checking its shape and dtype against the index's records."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} is missing: the token index is damaged.")
+  try:
+    array = np.load(path, mmap_mode="r", allow_pickle=False)
+  except ValueError as e:
+    raise DamagedIndexError(f"{path} is unreadable ({e}): the token index is damaged.") from e
+  if array.shape != shape or array.dtype != np.dtype(dtype):
+    raise DamagedIndexError(f"{path} holds {array.dtype}{list(array.shape)}, expected "
+                            f"{dtype}{list(shape)}: the token index is damaged.")
+  return array

@@ -1,0 +1,308 @@
+"""Opening and searching a complete index directory, or the shards of a sharded export as one.
+
+An index on disk is untrusted input: its manifest is JSON checked field by field, its files are
+checked against the manifest's sizes on open and its sha256s before their first use
+(`xtr.index.verify`), and nothing in it is executed (the model is data, ScaNN loads without
+pickle).
+"""
+import os
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from xtr.index import exact
+from xtr.index import files
+from xtr.index import scann
+from xtr.index import verify as verify_lib
+
+_FIELDS = {"format": int, "dim": int, "dtype": str, "model": dict, "fingerprint": str,
+           "docs_per_chunk": int, "corpus": dict, "num_docs": int, "num_tokens": int,
+           "scann": dict, "chunks": list, "files": dict}
+
+
+def _check_manifest(manifest: Any, path: str) -> None:
+  """Refuses a manifest that is not what `IndexWriter.finalize` writes, naming the field."""
+  def refuse(problem: str):
+    raise files.DamagedIndexError(f"{path}: {problem}; the token index is damaged.")
+
+  if not isinstance(manifest, dict):
+    refuse("not a JSON object")
+  if manifest.get("format") == 1:
+    raise ValueError(
+        f"{path}: this index was written by an older xtr (format 1), which stored its model as "
+        "gin text; xtr no longer runs configuration read from an index. Re-export it into a new "
+        "directory: xtr-export --gin_file=<the model's gin file> --checkpoint=... --corpus=... "
+        "--out=NEW_DIR.")
+  for field, kind in _FIELDS.items():
+    if not isinstance(manifest.get(field), kind) or isinstance(manifest.get(field), bool):
+      refuse(f"field '{field}' is missing or not a {kind.__name__}")
+  if manifest["format"] != files.FORMAT:
+    refuse(f"format {manifest['format']}, expected {files.FORMAT}")
+  if manifest["dtype"] not in files.DTYPES:
+    refuse(f"dtype {manifest['dtype']!r} is not one of {files.DTYPES}")
+  for relative, record in manifest["files"].items():
+    if (posixpath.isabs(relative) or posixpath.normpath(relative) != relative
+        or relative.startswith("..")):
+      refuse(f"files: {relative!r} is not a path inside the index")
+    if (not isinstance(record, dict) or not isinstance(record.get("sha256"), str)
+        or not isinstance(record.get("size"), int)):
+      refuse(f"files[{relative!r}] needs a string sha256 and an integer size")
+  for i, chunk in enumerate(manifest["chunks"]):
+    if (not isinstance(chunk, dict) or chunk.get("file") not in manifest["files"]
+        or chunk.get("doc_index_file") not in manifest["files"]
+        or not isinstance(chunk.get("num_tokens"), int)):
+      refuse(f"chunks[{i}] needs listed files and an integer num_tokens")
+  if not isinstance(manifest["scann"].get("reorder_k"), int):
+    refuse("scann.reorder_k is not an integer")
+  for required in (files.DOC_IDS, files.DOC_OFFSETS):
+    if required not in manifest["files"]:
+      refuse(f"files does not list {required}")
+
+
+class _Shard:
+  """One complete index directory (see `xtr.index`); doc indices are local to it."""
+
+  def __init__(self, path: str, verify: str):
+    manifest_path = os.path.join(path, files.MANIFEST)
+    if not os.path.exists(manifest_path):
+      raise ValueError(f"{path} is an incomplete token index (no {files.MANIFEST}): finish its "
+                       "export.")
+    self.path = path
+    self.manifest = files.read_json(manifest_path)
+    _check_manifest(self.manifest, manifest_path)
+    self.dim = self.manifest["dim"]
+    self.num_docs = self.manifest["num_docs"]
+    self.num_tokens = self.manifest["num_tokens"]
+    self._verifier = verify_lib.Verifier(path, self.manifest["files"], verify)
+    self._verifier.check_sizes()
+    self._verifier.check([files.DOC_IDS, files.DOC_OFFSETS])
+    self.doc_ids = self._read_doc_ids()
+    self.doc_offsets = files.load_npy(os.path.join(path, files.DOC_OFFSETS),
+                                      (self.num_docs + 1,), "int64")
+    self._chunk_vectors = [
+        files.load_npy(os.path.join(path, chunk["file"]), (chunk["num_tokens"], self.dim),
+                       self.manifest["dtype"]) for chunk in self.manifest["chunks"]]
+    self._scann = None
+
+  def _read_doc_ids(self) -> list[str]:
+    path = os.path.join(self.path, files.DOC_IDS)
+    with open(path, "rb") as f:
+      doc_ids = [files.json_line(line, path, n) for n, line in enumerate(f, start=1)]
+    if len(doc_ids) != self.num_docs or not all(isinstance(d, str) for d in doc_ids):
+      raise files.DamagedIndexError(f"{path}: expected {self.num_docs} doc id strings.")
+    return doc_ids
+
+  def _chunks(self) -> list[np.ndarray]:
+    """The chunks' token vectors [T_c, D] (memory-mapped), verified before their first use."""
+    self._verifier.check(c[key] for c in self.manifest["chunks"]
+                         for key in ("file", "doc_index_file"))
+    return self._chunk_vectors
+
+  def verify(self) -> None:
+    """Checks the sha256 of every listed file against the manifest (all of them, now)."""
+    verify_lib.Verifier(self.path, self.manifest["files"], "full").check(self.manifest["files"])
+
+  def doc_vectors(self, doc: int) -> np.ndarray:
+    """-> [len, D] float32 token vectors of local doc `doc`."""
+    chunk = doc // self.manifest["docs_per_chunk"]
+    chunk_start = self.doc_offsets[chunk * self.manifest["docs_per_chunk"]]
+    start, end = self.doc_offsets[doc] - chunk_start, self.doc_offsets[doc + 1] - chunk_start
+    return np.array(self._chunks()[chunk][start:end], dtype=np.float32)
+
+  def locate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token indices (-1 = none) -> (local doc index, position in that doc), -1 for none."""
+    docs = np.searchsorted(self.doc_offsets, tokens, side="right") - 1
+    positions = tokens - self.doc_offsets[np.maximum(docs, 0)]
+    return (np.where(tokens >= 0, docs, -1).astype(np.int32),
+            np.where(tokens >= 0, positions, -1).astype(np.int32))
+
+  def search_scann(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none)."""
+    if self._scann is None:
+      names = scann.listed_names(self.manifest["files"])
+      self._verifier.check(f"{files.SCANN_DIR}/{name}" for name in sorted(names))
+      self._scann = scann.load(os.path.join(self.path, files.SCANN_DIR), names)
+    reorder_k = self.manifest["scann"]["reorder_k"]
+    tokens, scores = self._scann.search_batched_parallel(
+        queries, final_num_neighbors=k,
+        pre_reorder_num_neighbors=max(reorder_k, k) if reorder_k else None)
+    missing = np.isnan(scores)  # ScaNN found fewer than k tokens.
+    return (np.where(missing, -np.inf, scores).astype(np.float32),
+            np.where(missing, -1, tokens.astype(np.int64)))
+
+  def search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none)."""
+    return exact.search(self._chunks(), queries, k)
+
+
+def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                  doc_starts: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Per query token, the top-k of the shards' top-k lists.
+
+  Args:
+    results: per shard, (scores [Q, k] descending, local doc index [Q, k], position of the token
+      in its doc [Q, k]), -1 = none.
+    doc_starts: per shard, its first global doc index.
+    k: entries to keep.
+
+  Returns:
+    (scores [Q, k] float32, global doc index [Q, k] int32, position [Q, k] int32); ties keep
+    shard order.
+  """
+  scores = np.concatenate([s for s, _, _ in results], axis=1)
+  docs = np.concatenate([np.where(d >= 0, d + start, -1) for (_, d, _), start in
+                         zip(results, doc_starts)], axis=1)
+  positions = np.concatenate([p for _, _, p in results], axis=1)
+  order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+  return (np.take_along_axis(scores, order, axis=1),
+          np.take_along_axis(docs, order, axis=1).astype(np.int32),
+          np.take_along_axis(positions, order, axis=1))
+
+
+class TokenIndex:
+  """A token index directory, or the shards of a sharded export searched as one index.
+
+  Global doc indices (and `doc_ids`) concatenate the shards' in shard order.
+  """
+
+  def __init__(self, path: str, shards: Sequence[_Shard]):
+    self.path = path
+    self._shards = list(shards)
+    self._doc_starts = np.cumsum([0] + [s.num_docs for s in shards])
+    self.doc_ids = [doc_id for shard in shards for doc_id in shard.doc_ids]
+    self.doc_lengths = np.concatenate([np.diff(shard.doc_offsets) for shard in shards])  # [N]
+    self.manifest = shards[0].manifest if len(shards) == 1 else _sharded_manifest(shards)
+    self.dim = self.manifest["dim"]
+    self.num_docs = self.manifest["num_docs"]
+    self.num_tokens = self.manifest["num_tokens"]
+
+  def verify(self) -> None:
+    """Raises DamagedIndexError naming any file whose sha256 differs from the manifest's."""
+    for shard in self._shards:
+      shard.verify()
+
+  def doc_vectors(self, doc_indices: Sequence[int]) -> list[np.ndarray]:
+    """All token vectors of the given (global) docs: one [len_i, D] float32 array per doc."""
+    doc_indices = np.asarray(doc_indices, dtype=np.int64)
+    if np.any((doc_indices < 0) | (doc_indices >= self.num_docs)):
+      raise IndexError(f"doc indices out of range [0, {self.num_docs}) of the index at {self.path}")
+    shards = np.searchsorted(self._doc_starts, doc_indices, side="right") - 1
+    return [self._shards[s].doc_vectors(int(d) - self._doc_starts[s])
+            for s, d in zip(shards, doc_indices)]
+
+  def search(self, query_vectors: np.ndarray, k_prime: int,
+             searcher: str = "scann") -> tuple[np.ndarray, np.ndarray]:
+    """(scores [Q, k'], doc_index [Q, k']) of `search_tokens` (which see)."""
+    scores, doc_index, _ = self.search_tokens(query_vectors, k_prime, searcher)
+    return scores, doc_index
+
+  def search_tokens(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann"
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Retrieves the top-k' document tokens of each query token by dot product.
+
+    Args:
+      query_vectors: [Q, D] float32 query token vectors.
+      k_prime: tokens to retrieve per query token.
+      searcher: "scann" (approximate, as built) or "bruteforce" (exact, JAX).
+
+    Returns:
+      scores: [Q, k'] float32, descending; -inf where fewer than k' tokens were found.
+      doc_index: [Q, k'] int32 global doc index of each retrieved token; -1 with score -inf.
+      position: [Q, k'] int32 position of each retrieved token in its document; -1 likewise.
+    """
+    queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
+    if queries.ndim != 2 or queries.shape[1] != self.dim:
+      raise ValueError(f"query vectors of shape {queries.shape} do not match the index at "
+                       f"{self.path}: index dim {self.dim} vs query dim {queries.shape[-1]}")
+    if k_prime < 1:
+      raise ValueError(f"k_prime must be positive, got {k_prime}")
+    searchers = {"scann": _Shard.search_scann, "bruteforce": _Shard.search_exact}
+    if searcher not in searchers:
+      raise ValueError(f"searcher must be one of {list(searchers)}, got {searcher!r}")
+    search = searchers[searcher]
+    results = [(scores, *shard.locate(tokens)) for shard in self._shards
+               for scores, tokens in [search(shard, queries, k_prime)]]
+    return _merge_shards(results, self._doc_starts, k_prime)
+
+
+def _sharded_manifest(shards: Sequence[_Shard]) -> dict[str, Any]:
+  """A summary manifest of consistent shards: their common settings and total counts.
+
+  The shards must share the model, checkpoint and corpus, and hold consecutive document ranges
+  of that corpus that together cover it.
+  """
+  common = ("format", "dim", "dtype", "model", "fingerprint")
+  first = shards[0].manifest
+  corpus = {key: first["corpus"].get(key) for key in ("path", "sha256", "total_docs")}
+  stop = 0
+  for shard in shards:
+    differ = [key for key in common if shard.manifest[key] != first[key]]
+    if shard.manifest["corpus"].get("sha256") != corpus["sha256"]:
+      differ.append("corpus sha256")
+    if differ:
+      raise ValueError(f"{shard.path} differs from {shards[0].path} in {', '.join(differ)}: the "
+                       "shards come from different exports.")
+    docs = shard.manifest["corpus"].get("docs")
+    if docs != [stop, stop + shard.num_docs]:
+      raise ValueError(f"{shard.path} holds corpus documents {docs}, expected "
+                       f"{[stop, stop + shard.num_docs]}: the shards do not tile one corpus.")
+    stop += shard.num_docs
+  if stop != corpus["total_docs"]:
+    raise ValueError(f"the shards of {os.path.dirname(shards[0].path)} hold {stop} documents of "
+                     f"a corpus of {corpus['total_docs']}.")
+  return {**{key: first[key] for key in common}, "corpus": corpus,
+          "num_docs": sum(s.num_docs for s in shards),
+          "num_tokens": sum(s.num_tokens for s in shards),
+          "shards": [os.path.basename(s.path) for s in shards]}
+
+
+def _shard_dirs(root: str) -> list[str]:
+  """The shard-SSSSS-of-NNNNN subdirectories of `root` in shard order ([] if none)."""
+  found = [name for name in os.listdir(root) if files.SHARD_NAME.fullmatch(name)]
+  if not found:
+    return []
+  num_shards = {int(files.SHARD_NAME.fullmatch(name)[1]) for name in found}
+  expected = {os.path.basename(files.shard_path(root, s, n)) for n in num_shards
+              for s in range(n)}
+  if len(num_shards) != 1 or set(found) != expected:
+    raise ValueError(f"{root}: shard directories {sorted(found)} are not one complete set "
+                     f"(missing {sorted(expected - set(found))}).")
+  return [os.path.join(root, name) for name in sorted(found)]
+
+
+def open_index(path: str, verify: str = "fast") -> TokenIndex:
+  """Opens a complete index directory, or fans out over the shard-* subdirectories of `path`.
+
+  Args:
+    verify: "full", "fast" or "off" (`xtr.index.verify`).
+
+  Raises:
+    FileNotFoundError: no index at `path`, or one of its files is missing.
+    ValueError: the index is incomplete (no manifest), damaged (`DamagedIndexError`), from an
+      older xtr, or its shards are inconsistent.
+  """
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"no token index at {path}: not a directory")
+  if (os.path.exists(os.path.join(path, files.MANIFEST))
+      or os.path.exists(os.path.join(path, files.WRITER))):
+    return TokenIndex(path, [_Shard(path, verify)])
+  shard_dirs = _shard_dirs(path)
+  if not shard_dirs:
+    raise FileNotFoundError(f"no token index at {path}: neither {files.MANIFEST} nor "
+                            "shard-*-of-* subdirectories")
+  return TokenIndex(path, [_Shard(d, verify) for d in shard_dirs])
+
+
+def check_compatible(manifest: dict[str, Any], dim: int, fingerprint: str) -> None:
+  """Raises ValueError unless the index was built with this token dim and checkpoint."""
+  problems = []
+  if manifest["dim"] != dim:
+    problems.append(f"token dim {manifest['dim']} (index) vs {dim} (query model)")
+  if manifest["fingerprint"] != fingerprint:
+    problems.append(f"checkpoint fingerprint {manifest['fingerprint']!r} (index) vs "
+                    f"{fingerprint!r} (query model)")
+  if problems:
+    raise ValueError("The token index does not match the query model: " + "; ".join(problems)
+                     + ". Re-export the index with this model.")

@@ -1,0 +1,139 @@
+"""The ScaNN searcher of an index: built over all token vectors, serialized, loaded without pickle.
+
+ScaNN's own `load_searcher` unpickles `scann_docids.pkl` whenever that file exists. `load` here
+never does: it loads only the files that the manifest lists (checked by the caller), refuses any
+other file under scann/ by name, and accepts an assets file only if it names listed files.
+
+Identical inputs give byte-identical files: k-means is seeded with k-means++ initialisation
+(`random_init=False`); ScaNN's random initialisation is not seeded and makes its serialized
+partitioner, codebooks and hashed dataset differ from run to run.
+"""
+import dataclasses
+import math
+import os
+import re
+import shutil
+from typing import Any
+
+import gin
+import numpy as np
+from scann.scann_ops.py import scann_ops_pybind
+
+from xtr.index import files
+
+ASSETS = "scann_assets.pbtxt"
+_AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
+_ASSET_PATH = re.compile(r'^\s*asset_path:\s*"([^"]*)"\s*$', re.MULTILINE)
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class ScannConfig:
+  """ScaNN tree + asymmetric hashing (AH) settings; the defaults are the released XTR code's.
+
+  Released XTR: tree(num_leaves=min(2000, T), num_leaves_to_search=100,
+  training_sample_size=min(250000, T)).score_ah(1, anisotropic_quantization_threshold=0.1), no
+  reordering. Here the tree has min(num_leaves, ceil(sqrt(T))) leaves for T tokens (the usual
+  sqrt(T) k-means sizing, equal to the released 2000 from T = 4M tokens on) and searches
+  min(num_leaves_to_search, leaves) of them. Indexes of fewer than 16 tokens are too small to
+  train AH codebooks and are scored exactly by ScaNN (no tree).
+
+  Attributes:
+    num_leaves: upper bound on the number of k-means partitions.
+    num_leaves_to_search: partitions searched per query token.
+    training_sample_size: tokens sampled to train the partitions.
+    dims_per_block: dimensions per AH block (1 or 2; 1 is more accurate).
+    anisotropic_quantization_threshold: AH score-aware quantization threshold (ScaNN's eta).
+    reorder_k: if > 0, rescore this many AH candidates exactly (ScaNN stores float32 vectors).
+  """
+  num_leaves: int = 2000
+  num_leaves_to_search: int = 100
+  training_sample_size: int = 250_000
+  dims_per_block: int = 1
+  anisotropic_quantization_threshold: float = 0.1
+  reorder_k: int = 0
+
+
+def build(vectors: np.ndarray, config: ScannConfig
+          ) -> tuple[scann_ops_pybind.ScannSearcher, dict[str, Any]]:
+  """vectors: [T, D] float32 -> (ScaNN dot-product searcher, its settings as built).
+
+  The settings are `config` with num_leaves, num_leaves_to_search and training_sample_size
+  replaced by the values used (see ScannConfig), plus the scoring ("asymmetric_hashing" or, below
+  16 tokens, "brute_force").
+  """
+  num_tokens = len(vectors)
+  builder = scann_ops_pybind.builder(vectors, 10, "dot_product")
+  if num_tokens < _AH_MIN_TOKENS:
+    settings = dataclasses.asdict(config) | {"scoring": "brute_force", "num_leaves": 0,
+                                             "num_leaves_to_search": 0, "reorder_k": 0}
+    return builder.score_brute_force().build(), settings
+  num_leaves = min(config.num_leaves, math.isqrt(num_tokens - 1) + 1)  # ceil(sqrt(T))
+  settings = dataclasses.asdict(config) | {
+      "scoring": "asymmetric_hashing", "num_leaves": num_leaves,
+      "num_leaves_to_search": min(config.num_leaves_to_search, num_leaves),
+      "training_sample_size": min(config.training_sample_size, num_tokens)}
+  # k-means++ initialisation is seeded; ScaNN's random initialisation is not (non-deterministic).
+  builder = builder.tree(settings["num_leaves"], settings["num_leaves_to_search"],
+                         training_sample_size=settings["training_sample_size"],
+                         random_init=False)
+  builder = builder.score_ah(
+      config.dims_per_block,
+      anisotropic_quantization_threshold=config.anisotropic_quantization_threshold)
+  if config.reorder_k:
+    builder = builder.reorder(config.reorder_k)
+  return builder.build(), settings
+
+
+def write(searcher: scann_ops_pybind.ScannSearcher, index_dir: str) -> dict[str, Any]:
+  """Serializes `searcher` into index_dir/scann (through scann.tmp and a rename).
+
+  Returns:
+    {relative path: {"sha256", "size"}} of the files written, for the manifest.
+  """
+  final = os.path.join(index_dir, files.SCANN_DIR)
+  tmp = final + ".tmp"
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  searcher.serialize(tmp, relative_path=True)
+  shutil.rmtree(final, ignore_errors=True)
+  os.replace(tmp, final)
+  return {f"{files.SCANN_DIR}/{name}": files.record(os.path.join(final, name))
+          for name in sorted(os.listdir(final))}
+
+
+def listed_names(listed: dict[str, Any]) -> set[str]:
+  """The names of the scann/ files among a manifest's listed files."""
+  prefix = files.SCANN_DIR + "/"
+  return {path[len(prefix):] for path in listed if path.startswith(prefix)}
+
+
+def _check_files(scann_dir: str, names: set[str]) -> None:
+  """Refuses scann/ unless it holds exactly the listed `names`, and its assets name only them."""
+  present = set(os.listdir(scann_dir))
+  unlisted = sorted(present - names)
+  if unlisted:
+    raise files.DamagedIndexError(
+        f"{scann_dir} holds files that its manifest does not list: {unlisted}. xtr loads only "
+        "listed files (and never ScaNN's pickled doc ids); remove them or re-export the index.")
+  pickled = sorted(name for name in names if name.endswith(".pkl"))
+  if pickled or ASSETS not in names:
+    raise files.DamagedIndexError(
+        f"{scann_dir}: the manifest lists {pickled or 'no ' + ASSETS}; xtr loads ScaNN from its "
+        f"{ASSETS} and never unpickles. Re-export the index.")
+  with open(os.path.join(scann_dir, ASSETS), encoding="utf-8") as f:
+    assets = _ASSET_PATH.findall(f.read())
+  strange = sorted(set(assets) - names)
+  if strange:
+    raise files.DamagedIndexError(
+        f"{os.path.join(scann_dir, ASSETS)} names files that the manifest does not list: "
+        f"{strange}. Re-export the index.")
+
+
+def load(scann_dir: str, names: set[str]) -> scann_ops_pybind.ScannSearcher:
+  """The searcher serialized in `scann_dir`; its listed `names` must have been verified."""
+  _check_files(scann_dir, names)
+  with open(os.path.join(scann_dir, ASSETS), encoding="utf-8") as f:
+    assets = f.read()
+  return scann_ops_pybind.ScannSearcher(scann_ops_pybind.scann_pybind.ScannNumpy(scann_dir,
+                                                                                 assets))

@@ -1,0 +1,232 @@
+"""Writing an index directory chunk by chunk: resumable, locked, and repairable.
+
+Chunk c holds docs c * docs_per_chunk onwards, in corpus order; token ids are row numbers in the
+concatenation of the chunks. `writer.json` records the settings (model, checkpoint fingerprint,
+corpus sha256 and document range, ...): a resumed export with other settings is refused.
+"""
+import fcntl
+import json
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from xtr.index import files
+from xtr.index import scann
+from xtr.index import verify
+
+LOCK = "export.lock"
+
+
+class _Lock:
+  """An exclusive flock on out_dir/export.lock, held while the lock (or its process) lives: the
+  kernel drops it when the process dies, so a killed export never leaves it stuck."""
+
+  def __init__(self, out_dir: str):
+    self.path = os.path.join(out_dir, LOCK)
+    self._file = open(self.path, "a+b")  # pylint: disable=consider-using-with
+    try:
+      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      self._file.seek(0)
+      holder = self._file.read(200).decode(errors="replace").strip() or "unknown"
+      self._file.close()
+      raise RuntimeError(f"{out_dir} is being written by another export ({holder}, holding "
+                         f"{self.path}); wait for it to finish or use another --out.") from None
+    self._file.truncate(0)
+    self._file.write(f"process {os.getpid()} on {socket.gethostname()}\n".encode())
+    self._file.flush()
+
+  def release(self) -> None:
+    os.remove(self.path)
+    self._file.close()
+
+
+def _same_settings(previous: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+  """The keys whose values differ; the corpus's path may change (a moved file), not its bytes."""
+  without_path = lambda s: {**s, "corpus": {k: v for k, v in s.get("corpus", {}).items()
+                                            if k != "path"}}
+  previous, settings = without_path(previous), without_path(settings)
+  return sorted(k for k in settings.keys() | previous.keys() if settings.get(k) != previous.get(k))
+
+
+class IndexWriter:
+  """Writes one index directory chunk by chunk; a killed export resumes at `completed_chunks()`.
+
+  Usage: for chunk in range(writer.completed_chunks(), num_chunks): write_chunk(chunk, ...);
+  then finalize(). Chunks must be written in order and all but the last hold docs_per_chunk docs.
+  One writer at a time: a second one on the same directory is refused until the first finishes
+  or dies.
+  """
+
+  def __init__(self, out_dir: str, dim: int, dtype: str, model: dict[str, Any],
+               fingerprint: str, docs_per_chunk: int, corpus: dict[str, Any],
+               gin_config: str = ""):
+    """
+    Args:
+      model: the encoder as data (`xtr.model_spec.describe`, plus the encoder's lengths).
+      corpus: {"path", "sha256", "docs": [first, stop), "total_docs"}: what the directory holds.
+      gin_config: the exporting run's gin config, stored for provenance only (never parsed).
+    """
+    if str(np.dtype(dtype)) not in files.DTYPES:
+      raise ValueError(f"dtype {dtype} is not one of {files.DTYPES}")
+    self.out_dir = out_dir
+    os.makedirs(os.path.join(out_dir, "chunks"), exist_ok=True)
+    self._lock = _Lock(out_dir)
+    if os.path.exists(os.path.join(out_dir, files.MANIFEST)):
+      self._lock.release()
+      raise FileExistsError(f"{os.path.join(out_dir, files.MANIFEST)} exists: the index is "
+                            "complete.")
+    # The JSON round trip makes `settings` compare equal to the settings read back on resume.
+    self.settings = json.loads(json.dumps({
+        "format": files.FORMAT, "dim": dim, "dtype": str(np.dtype(dtype)), "model": model,
+        "fingerprint": fingerprint, "docs_per_chunk": docs_per_chunk, "corpus": corpus,
+        "gin_config": gin_config}))
+    self._check_or_write_settings()
+    self._next_chunk = self.completed_chunks()
+
+  def _check_or_write_settings(self) -> None:
+    path = os.path.join(self.out_dir, files.WRITER)
+    if not os.path.exists(path):
+      files.write_json(path, self.settings)
+      return
+    previous = files.read_json(path)
+    changed = _same_settings(previous, self.settings)
+    if changed:
+      self._lock.release()
+      raise ValueError(f"{path}: this export was started with other settings ({', '.join(changed)}"
+                       f" differ: {[previous.get(k) for k in changed]} before, "
+                       f"{[self.settings.get(k) for k in changed]} now); use a new directory.")
+
+  def completed_chunks(self) -> int:
+    """Number of chunks 0, 1, ... whose files are all complete on disk."""
+    chunk = 0
+    while os.path.exists(files.chunk_files(self.out_dir, chunk)["chunk"]):
+      chunk += 1
+    return chunk
+
+  def write_chunk(self, chunk_id: int, doc_ids: Sequence[str],
+                  vectors: Sequence[np.ndarray]) -> None:
+    """Writes the token vectors of docs chunk_id * docs_per_chunk onwards.
+
+    Args:
+      chunk_id: must be the next chunk (`completed_chunks()` of a fresh or resumed writer).
+      doc_ids: corpus ids of the chunk's docs (1 to docs_per_chunk of them).
+      vectors: per doc, its token vectors [len_i, D] (len_i may be 0).
+    """
+    if chunk_id != self._next_chunk:
+      raise ValueError(f"chunk {chunk_id} written out of order: the next chunk of "
+                       f"{self.out_dir} is {self._next_chunk}")
+    if not 0 < len(doc_ids) <= self.settings["docs_per_chunk"] or len(vectors) != len(doc_ids):
+      raise ValueError(f"chunk {chunk_id}: got {len(doc_ids)} doc ids and {len(vectors)} vector "
+                       f"arrays, expected 1 to {self.settings['docs_per_chunk']} of each")
+    dim = self.settings["dim"]
+    vectors = [np.asarray(v) for v in vectors]
+    for doc_id, doc_vectors in zip(doc_ids, vectors):
+      if doc_vectors.ndim != 2 or doc_vectors.shape[1] != dim:
+        raise ValueError(f"chunk {chunk_id}, doc {doc_id!r}: vectors of shape "
+                         f"{doc_vectors.shape}, expected [length, {dim}]")
+    lengths = [len(v) for v in vectors]
+    first_doc = chunk_id * self.settings["docs_per_chunk"]
+    doc_index = np.repeat(np.arange(first_doc, first_doc + len(doc_ids), dtype=np.int32), lengths)
+    # The leading [0, D] array keeps the shape when every doc of the chunk is empty.
+    tokens = np.concatenate([np.zeros((0, dim)), *vectors], dtype=self.settings["dtype"])
+    paths = files.chunk_files(self.out_dir, chunk_id)
+    files.write_npy(paths["vectors"], tokens)
+    files.write_npy(paths["doc_index"], doc_index)
+    files.write_json(paths["chunk"], {
+        "doc_ids": list(doc_ids), "doc_lengths": lengths,
+        "vectors": files.record(paths["vectors"]),
+        "doc_index": files.record(paths["doc_index"])})
+    self._next_chunk += 1
+
+  def finalize(self, scann_config: scann.ScannConfig | None = None) -> dict[str, Any]:
+    """Checks the chunks, builds ScaNN and writes doc ids, offsets and (last) the manifest.
+
+    ScaNN is built over all T tokens in memory: a float32 [T, D] copy (4 * T * D bytes, e.g.
+    0.8 GB for 1.5M tokens of dim 128) plus ScaNN's own structures; shard larger corpora.
+
+    Returns:
+      The manifest.
+    """
+    try:
+      return self._finalize(scann_config or scann.ScannConfig())
+    finally:  # The writer is done either way.
+      self._lock.release()
+
+  def _finalize(self, scann_config: scann.ScannConfig) -> dict[str, Any]:
+    metas = [files.read_json(files.chunk_files(self.out_dir, c)["chunk"])
+             for c in range(self._next_chunk)]
+    listed, chunks = {}, []
+    for chunk, meta in enumerate(metas):
+      chunks.append(self._checked_chunk(chunk, meta, listed))
+    lengths = [n for meta in metas for n in meta["doc_lengths"]]
+    if not sum(lengths):
+      raise ValueError(f"{self.out_dir}: no document tokens were written")
+    vectors = np.concatenate(
+        [files.load_npy(os.path.join(self.out_dir, c["file"]),
+                        (c["num_tokens"], self.settings["dim"]), self.settings["dtype"])
+         for c in chunks], dtype=np.float32)
+    searcher, scann_settings = scann.build(vectors, scann_config)
+    del vectors
+    listed.update(scann.write(searcher, self.out_dir))
+    doc_ids = [doc_id for meta in metas for doc_id in meta["doc_ids"]]
+    doc_ids_path = os.path.join(self.out_dir, files.DOC_IDS)
+    files.atomic_write(doc_ids_path,
+                       lambda f: f.write("".join(json.dumps(i) + "\n" for i in doc_ids).encode()))
+    offsets_path = os.path.join(self.out_dir, files.DOC_OFFSETS)
+    files.write_npy(offsets_path, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]))
+    listed[files.DOC_IDS] = files.record(doc_ids_path)
+    listed[files.DOC_OFFSETS] = files.record(offsets_path)
+    manifest = {**self.settings, "num_docs": len(doc_ids), "num_tokens": sum(lengths),
+                "scann": scann_settings, "chunks": chunks, "files": dict(sorted(listed.items()))}
+    files.write_json(os.path.join(self.out_dir, files.MANIFEST), manifest)
+    return manifest
+
+  def _checked_chunk(self, chunk: int, meta: dict[str, Any],
+                     listed: dict[str, Any]) -> dict[str, Any]:
+    """Verifies chunk `chunk` on disk against its record `meta`, adds its files to `listed`;
+    returns its manifest entry."""
+    paths = files.chunk_files(self.out_dir, chunk)
+    if chunk < self._next_chunk - 1 and len(meta["doc_ids"]) != self.settings["docs_per_chunk"]:
+      raise ValueError(f"{paths['chunk']}: {len(meta['doc_ids'])} docs in a chunk that is not the"
+                       f" last, expected docs_per_chunk = {self.settings['docs_per_chunk']}")
+    for name in ("vectors", "doc_index"):
+      if files.record(paths[name]) != meta[name]:
+        raise files.DamagedIndexError(
+            f"{paths[name]} is damaged: its sha256 or size differs from {paths['chunk']}. "
+            + verify.repair_hint(self.out_dir))
+      listed[os.path.relpath(paths[name], self.out_dir)] = meta[name]
+    listed[os.path.relpath(paths["chunk"], self.out_dir)] = files.record(paths["chunk"])
+    return {"file": os.path.relpath(paths["vectors"], self.out_dir),
+            "doc_index_file": os.path.relpath(paths["doc_index"], self.out_dir),
+            "num_docs": len(meta["doc_ids"]), "num_tokens": sum(meta["doc_lengths"])}
+
+
+def prepare_repair(out_dir: str) -> str:
+  """Makes a damaged complete index resumable: the export then redoes only what is damaged.
+
+  Verifies every file of `out_dir` in full; removes the manifest, and the chunk records from the
+  first chunk whose files do not verify on (the resumed export re-encodes from there; ScaNN, doc
+  ids and offsets are always rebuilt). Returns what it found, for the user.
+  """
+  manifest = files.read_json(os.path.join(out_dir, files.MANIFEST))
+  damaged = []
+  for relative, expected in manifest["files"].items():
+    path = os.path.join(out_dir, relative)
+    if not os.path.isfile(path) or files.record(path) != expected:
+      damaged.append(relative)
+  chunk_records = lambda c: os.path.relpath(files.chunk_files(out_dir, c)["chunk"], out_dir)
+  bad_chunks = [c for c, chunk in enumerate(manifest["chunks"])
+                if {chunk["file"], chunk["doc_index_file"], chunk_records(c)} & set(damaged)]
+  first_bad = bad_chunks[0] if bad_chunks else len(manifest["chunks"])
+  os.remove(os.path.join(out_dir, files.MANIFEST))
+  for chunk in range(first_bad, len(manifest["chunks"])):
+    if os.path.exists(files.chunk_files(out_dir, chunk)["chunk"]):
+      os.remove(files.chunk_files(out_dir, chunk)["chunk"])
+  if not damaged:
+    return f"{out_dir}: every file verifies; rebuilding ScaNN, doc ids and offsets."
+  return (f"{out_dir}: damaged {damaged}; re-encoding from chunk {first_bad} of "
+          f"{len(manifest['chunks'])}, then rebuilding ScaNN, doc ids and offsets.")

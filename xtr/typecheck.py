@@ -1,0 +1,54 @@
+"""Type checks of configured arguments: a gin binding of the wrong type fails early, named.
+
+gin passes bound values as they are parsed (`num_steps = 'five'` is a str), so an entry point
+checks its own arguments before any expensive work:
+
+  def train(num_steps: int = 50_000, ...):
+    typecheck.arguments(train, locals())
+"""
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+  """Whether `value` fits `annotation`; annotations other than int, float, bool, str, None,
+  unions, tuple[...] and dict[...] of them are not checked."""
+  if annotation is bool:
+    return isinstance(value, bool)
+  if annotation is int:
+    return isinstance(value, int) and not isinstance(value, bool)
+  if annotation is float:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+  if annotation is str:
+    return isinstance(value, str)
+  if annotation is type(None):
+    return value is None
+  origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+  if origin in (typing.Union, types.UnionType):
+    return any(_matches(value, a) for a in args)
+  if origin is tuple:
+    items = args[:1] * len(value) if args[1:] == (...,) else args
+    return (isinstance(value, (tuple, list)) and len(items) == len(value)
+            and all(_matches(v, a) for v, a in zip(value, items)))
+  if origin is dict:
+    return isinstance(value, dict) and all(
+        _matches(k, args[0]) and _matches(v, args[1]) for k, v in value.items())
+  return True
+
+
+def arguments(fn: Callable[..., Any], values: dict[str, Any]) -> None:
+  """Raises TypeError naming the first of `fn`'s arguments whose value does not fit its
+  annotation (as `module.function.argument`, how gin names it)."""
+  hints = typing.get_type_hints(fn)
+  for name, value in values.items():
+    if name in hints and not _matches(value, hints[name]):
+      qualname = fn.__qualname__.removesuffix(".__init__")
+      where = f"{fn.__module__.removeprefix('xtr.')}.{qualname}.{name}"
+      raise TypeError(f"{where} = {value!r}: expected {_name(hints[name])}, got "
+                      f"{type(value).__name__}; check its gin binding.")
+
+
+def _name(annotation: Any) -> str:
+  return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
