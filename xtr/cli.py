@@ -17,6 +17,7 @@ from absl import logging
 from xtr import encoding
 from xtr import model_spec
 from xtr import retrieval
+from xtr.index import files
 from xtr.index import reader
 from xtr.index import verify
 
@@ -65,6 +66,17 @@ def define_index_flags() -> Callable[[str, str], tuple[encoding.Encoder, reader.
     return encoder, token_index
 
   return open_for_search
+
+
+def corpus_matches_index(corpus_path: str, token_index: reader.TokenIndex) -> bool:
+  """Whether `corpus_path` is the file the index was exported from; warns on stderr if not."""
+  indexed = token_index.manifest["corpus"]
+  if files.sha256(corpus_path) == indexed["sha256"]:
+    return True
+  print(f"Warning: {corpus_path} is not the corpus file that the index at {token_index.path} was "
+        f"exported from ({indexed['path']}, sha256 {indexed['sha256'][:12]}...): its documents "
+        "may differ from the ones searched.", file=sys.stderr, flush=True)
+  return False
 
 
 def quiet_logging() -> None:

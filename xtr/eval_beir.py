@@ -8,7 +8,6 @@ search settings, the latency of search + scoring per query (encoding excluded) a
 values; prints a one-line summary. DATA_DIR is any BEIR-layout directory whose corpus.jsonl the
 index was exported from.
 """
-import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -17,8 +16,6 @@ from absl import flags
 from xtr import cli
 from xtr import evaluation
 from xtr import retrieval
-from xtr.index import files
-from xtr.index import reader
 
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "BEIR-layout dataset directory.")
 _SPLIT = flags.DEFINE_string("split", "test",
@@ -41,17 +38,6 @@ def check_index_covers_qrels(doc_ids: Sequence[str], qrels: evaluation.Qrels,
   if missing:
     raise ValueError(f"The index at {index_path} lacks {len(missing)} judged documents (e.g. "
                      f"{missing[:3]}): was it exported from this dataset's corpus.jsonl?")
-
-
-def corpus_matches_index(corpus_path: str, token_index: reader.TokenIndex) -> bool:
-  """Whether `corpus_path` is the file the index was exported from; warns on stderr if not."""
-  indexed = token_index.manifest["corpus"]
-  if files.sha256(corpus_path) == indexed["sha256"]:
-    return True
-  print(f"Warning: {corpus_path} is not the corpus file that the index at {token_index.path} was "
-        f"exported from ({indexed['path']}, sha256 {indexed['sha256'][:12]}...): its documents "
-        "may differ from the ones searched.", file=sys.stderr, flush=True)
-  return False
 
 
 def latency_summary(latency_ms: np.ndarray) -> dict[str, float]:
@@ -84,7 +70,7 @@ def main(argv: Sequence[str]) -> None:
   check_index_covers_qrels(token_index.doc_ids, data.qrels, _INDEX.value)
   if _RUN_FILE.value:
     evaluation.check_trec_ids(data.query_ids, token_index.doc_ids)
-  corpus_matches = corpus_matches_index(data.corpus_path, token_index)
+  corpus_matches = cli.corpus_matches_index(data.corpus_path, token_index)
   results = retrieval.search(encoder, token_index, data.queries, config)
   report, run = evaluate_split(data, results, config)
   report.update(data_dir=_DATA_DIR.value, split=_SPLIT.value, index=_INDEX.value,

@@ -126,6 +126,7 @@ def main(argv: Sequence[str]) -> None:
   cli.quiet_logging()
   data = evaluation.load_beir(_DATA_DIR.value, _SPLIT.value)
   encoder, token_index = _OPEN_FOR_SEARCH(_INDEX.value, _CHECKPOINT.value)
+  cli.corpus_matches_index(data.corpus_path, token_index)
   result = {"label": _LABEL.value, "index": _INDEX.value, "checkpoint": _CHECKPOINT.value,
             "data_dir": _DATA_DIR.value, "split": _SPLIT.value,
             **analyze(data, encoder, token_index, _K.value, _SEARCHER.value)}
