@@ -1,0 +1,186 @@
+"""ALIGNER's sparse alignment (xtr/alignment.py) against naive loops, scipy and f_ColBERT."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+
+from xtr import alignment
+from xtr import losses
+
+B, N, C, M, DIM = 2, 4, 3, 6, 8
+
+
+def _batch(seed: int = 0):
+  """Random unit token vectors with padding on both sides (query 1 has 2 valid tokens, document
+  2 has 3), and positive saliences with a few zeros."""
+  rng = np.random.default_rng(seed)
+  unit = lambda *shape: (lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True))(
+      rng.normal(size=shape)).astype(np.float32)
+  q, d = unit(B, N, DIM), unit(C, M, DIM)
+  q_mask = np.arange(N)[None] < np.array([[N], [2]])
+  d_mask = np.arange(M)[None] < np.array([[M], [M], [3]])
+  u_q = rng.uniform(0.1, 1.0, (B, N)).astype(np.float32) * (rng.uniform(size=(B, N)) > 0.2)
+  u_d = rng.uniform(0.1, 1.0, (C, M)).astype(np.float32) * (rng.uniform(size=(C, M)) > 0.2)
+  return q, q_mask, d, d_mask, u_q, u_d
+
+
+def _dual_optimum(s: np.ndarray, k: float, epsilon: float) -> float:
+  """max s·λ + ε H(λ) s.t. Σλ = k, 0 ≤ λ ≤ 1, as min over a of the Lagrangian dual
+  g(a) = a k + Σ_i max_{0≤λ≤1} ((s_i − a) λ − ε λ log λ), by scipy."""
+  def h(t):  # the inner max: λ = min(1, exp(t/ε − 1))
+    inside = t / epsilon - 1 < 0
+    return np.where(inside, epsilon * np.exp(np.minimum(t / epsilon - 1, 0)), t)
+
+  dual = lambda a: a * k + np.sum(h(s - a))
+  result = scipy.optimize.minimize_scalar(dual, bounds=(s.min() - 50, s.max() + 50),
+                                          method="bounded", options={"xatol": 1e-12})
+  return result.fun
+
+
+@pytest.mark.parametrize("epsilon", [0.002, 0.05, 0.5])
+def test_entropy_topk_meets_its_constraints_and_the_dual_optimum(epsilon):
+  rng = np.random.default_rng(1)
+  s = rng.uniform(0, 1, (5, 30))
+  mask = np.arange(30)[None] < np.array([[30], [30], [17], [5], [1]])
+  k = np.ceil(0.4 * mask.sum(-1))
+  with jax.enable_x64(True):
+    lam = np.asarray(alignment.entropy_topk(jnp.asarray(s), mask, jnp.asarray(k), epsilon))
+  np.testing.assert_allclose(lam.sum(-1), k, atol=1e-3)
+  assert lam.min() >= 0 and lam.max() <= 1 + 1e-9 and np.all(lam[~mask] == 0)
+  for row, row_mask, row_k, row_lam in zip(s, mask, k, lam):
+    valid = row_lam[row_mask]
+    entropy = -np.sum(valid * np.log(np.maximum(valid, 1e-300)))
+    primal = row[row_mask] @ valid + epsilon * entropy
+    assert primal == pytest.approx(_dual_optimum(row[row_mask], row_k, epsilon), abs=1e-4)
+
+
+def test_entropy_topk_tends_to_the_top_k_mask():
+  rng = np.random.default_rng(2)
+  s = rng.permutation(np.linspace(0, 1, 40)).reshape(2, 20).astype(np.float32)  # gaps ≥ 0.025
+  mask = np.ones_like(s, bool)
+  lam = alignment.entropy_topk(s, mask, 5, epsilon=1e-4)
+  top = np.argsort(-s, axis=-1)[:, :5]
+  expected = np.zeros_like(s)
+  np.put_along_axis(expected, top, 1.0, axis=-1)
+  np.testing.assert_allclose(lam, expected, atol=1e-3)
+
+
+def test_entropy_topk_gradients_match_finite_differences():
+  rng = np.random.default_rng(3)
+  s = rng.uniform(0, 1, (3, 9))
+  mask = np.arange(9)[None] < np.array([[9], [6], [4]])
+  weights = rng.normal(size=(3, 9))
+  with jax.enable_x64(True):
+    f = jax.jit(lambda x: jnp.sum(alignment.entropy_topk(x, mask, 3, epsilon=0.1) * weights))
+    grad = np.asarray(jax.grad(f)(jnp.asarray(s)))
+    h = 1e-6
+    for index in np.ndindex(s.shape):
+      step = np.zeros_like(s)
+      step[index] = h
+      numeric = (float(f(jnp.asarray(s + step))) - float(f(jnp.asarray(s - step)))) / (2 * h)
+      assert grad[index] == pytest.approx(numeric, abs=1e-6), index
+  assert np.all(grad[~mask] == 0) and np.abs(grad[mask]).max() > 0.1
+
+
+def _naive_alignment(s: np.ndarray, d_mask: np.ndarray, pairwise: str, k: int, p) -> np.ndarray:
+  """Ã by loops: the valid tokens of each (query token, document) row sorted by score."""
+  a = np.zeros_like(s)
+  for b, i, c in np.ndindex(s.shape[0], s.shape[1], s.shape[2]):
+    valid = [j for j in range(s.shape[3]) if d_mask[c, j]]
+    ranked = sorted(valid, key=lambda j: (-s[b, i, c, j], j))
+    budget = k if pairwise == "top_k" else max(int(np.floor(p * len(valid))), 1)
+    for j in ranked[:budget]:
+      a[b, i, c, j] = 1.0
+  return a
+
+
+def _naive_scores(q, q_mask, d, d_mask, a, u_q, u_d, normalize):
+  """sim(Q, D) of eq. 1–2 by loops over a fixed Ã (differentiable in q, d, u_q, u_d)."""
+  rows = []
+  for b in range(q.shape[0]):
+    row = []
+    for c in range(d.shape[0]):
+      total, z = 0.0, 0.0
+      for i in range(q.shape[1]):
+        for j in range(d.shape[1]):
+          if q_mask[b, i] and d_mask[c, j] and a[b, i, c, j] != 0:
+            weight = a[b, i, c, j] * u_q[b, i] * u_d[c, j]
+            total += jnp.dot(q[b, i], d[c, j]) * weight
+            z += weight
+      z = z if normalize == "alignment" else float(q_mask[b].sum())
+      row.append(total / z if not (isinstance(z, float) and z == 0) else 0.0 * total)
+    rows.append(jnp.stack([jnp.asarray(x, jnp.float32) for x in row]))
+  return jnp.stack(rows)
+
+
+@pytest.mark.parametrize("pairwise, k, p", [("top_k", 1, None), ("top_k", 3, None),
+                                            ("top_p", 1, 0.34), ("top_p", 1, 1.0)])
+@pytest.mark.parametrize("normalize", ["alignment", "query"])
+@pytest.mark.parametrize("salience", [False, True])
+def test_hard_alignments_equal_naive_loops(pairwise, k, p, normalize, salience):
+  q, q_mask, d, d_mask, u_q, u_d = _batch()
+  if not salience:
+    u_q, u_d = np.ones_like(u_q), np.ones_like(u_d)
+  s = np.asarray(losses.token_scores(q, d))
+  expected_a = _naive_alignment(s, d_mask, pairwise, k, p)
+  np.testing.assert_array_equal(
+      alignment.pairwise_alignment(s, d_mask, pairwise, k, p) * q_mask[:, :, None, None],
+      expected_a * q_mask[:, :, None, None])
+  args = dict(pairwise=pairwise, k=k, p=p, normalize=normalize, u_q=u_q if salience else None,
+              u_d=u_d if salience else None)
+  scores = lambda q, d, u_q, u_d: alignment.sparse_alignment_scores(
+      q, q_mask, d, d_mask, **(args | ({"u_q": u_q, "u_d": u_d} if salience else {})))
+  naive = lambda q, d, u_q, u_d: _naive_scores(q, q_mask, d, d_mask, expected_a, u_q, u_d,
+                                               normalize)
+  np.testing.assert_allclose(scores(q, d, u_q, u_d), naive(q, d, u_q, u_d), atol=1e-5)
+  weights = np.random.default_rng(4).normal(size=(B, C)).astype(np.float32)
+  argnums = (0, 1, 2, 3) if salience else (0, 1)
+  grads = jax.grad(lambda *x: jnp.sum(scores(*x) * weights), argnums)(q, d, u_q, u_d)
+  naive_grads = jax.grad(lambda *x: jnp.sum(naive(*x) * weights), argnums)(q, d, u_q, u_d)
+  for got, want in zip(grads, naive_grads):
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_differentiable_alignment_equals_rowwise_entropy_topk_by_loops():
+  q, q_mask, d, d_mask, u_q, u_d = _batch(5)
+  s = losses.token_scores(q, d)
+
+  def naive_a(s):
+    return jnp.stack([jnp.stack([jnp.stack([
+        alignment.entropy_topk(s[b, i, c], d_mask[c], 2, 0.05) for c in range(C)])
+        for i in range(N)]) for b in range(B)])
+
+  np.testing.assert_allclose(
+      alignment.pairwise_alignment(s, d_mask, "differentiable", 2, epsilon=0.05), naive_a(s),
+      atol=1e-6)
+  scores = lambda q, d: alignment.sparse_alignment_scores(
+      q, q_mask, d, d_mask, pairwise="differentiable", k=2, epsilon=0.05, u_q=u_q, u_d=u_d)
+  naive = lambda q, d: _naive_scores(q, q_mask, d, d_mask, naive_a(losses.token_scores(q, d)),
+                                     u_q, u_d, "alignment")
+  np.testing.assert_allclose(scores(q, d), naive(q, d), atol=1e-5)
+  for got, want in zip(jax.grad(lambda *x: jnp.sum(scores(*x)), argnums=(0, 1))(q, d),
+                       jax.grad(lambda *x: jnp.sum(naive(*x)), argnums=(0, 1))(q, d)):
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("normalize", ["query", "alignment"])
+def test_top_1_without_salience_is_f_colbert(normalize):
+  q, q_mask, d, d_mask, _, _ = _batch(6)
+  np.testing.assert_allclose(
+      alignment.sparse_alignment_scores(q, q_mask, d, d_mask, normalize=normalize),
+      losses.f_colbert(q, q_mask, d, d_mask), atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"pairwise": "top_k", "k": 0}, "k >= 1, got 0"),
+    ({"pairwise": "top_p", "p": 0.0}, r"0 < p <= 1, got 0.0"),
+    ({"pairwise": "top_p", "p": 1.5}, r"0 < p <= 1, got 1.5"),
+    ({"pairwise": "top_p"}, r"0 < p <= 1, got None"),
+    ({"pairwise": "top_3"}, "pairwise must be one of"),
+    ({"normalize": "mean"}, "normalize must be one of"),
+])
+def test_bad_settings_are_named(kwargs, message):
+  q, q_mask, d, d_mask, _, _ = _batch()
+  with pytest.raises(ValueError, match=message):
+    alignment.sparse_alignment_scores(q, q_mask, d, d_mask, **kwargs)
