@@ -1,4 +1,4 @@
-"""The files of an index directory: names, atomic writes, checksums and checked reads.
+"""The files of an index directory: names, atomic writes, checksums, checked reads, the manifest.
 
 Every file is written under `<name>.tmp` and renamed, so a killed export leaves only complete
 files (plus temporaries that the resumed export overwrites). Everything read back is untrusted:
@@ -7,6 +7,7 @@ JSON and .npy only (never pickle), with errors that name the file.
 import hashlib
 import json
 import os
+import posixpath
 import re
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -99,3 +100,47 @@ def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     raise DamagedIndexError(f"{path} holds {array.dtype}{list(array.shape)}, expected "
                             f"{dtype}{list(shape)}: the token index is damaged.")
   return array
+
+
+_FIELDS = {"format": int, "dim": int, "dtype": str, "model": dict, "fingerprint": str,
+           "docs_per_chunk": int, "corpus": dict, "num_docs": int, "num_tokens": int,
+           "scann": dict, "chunks": list, "files": dict}
+
+
+def check_manifest(manifest: Any, path: str) -> None:
+  """Refuses a manifest that is not what `IndexWriter.finalize` writes, naming the field."""
+  def refuse(problem: str):
+    raise DamagedIndexError(f"{path}: {problem}; the token index is damaged.")
+
+  if not isinstance(manifest, dict):
+    refuse("not a JSON object")
+  if manifest.get("format") == 1:
+    raise ValueError(
+        f"{path}: this index was written by an older xtr (format 1), which stored its model as "
+        "gin text; xtr no longer runs configuration read from an index. Re-export it into a new "
+        "directory: xtr-export --gin_file=<the model's gin file> --checkpoint=... --corpus=... "
+        "--out=NEW_DIR.")
+  for field, kind in _FIELDS.items():
+    if not isinstance(manifest.get(field), kind) or isinstance(manifest.get(field), bool):
+      refuse(f"field '{field}' is missing or not a {kind.__name__}")
+  if manifest["format"] != FORMAT:
+    refuse(f"format {manifest['format']}, expected {FORMAT}")
+  if manifest["dtype"] not in DTYPES:
+    refuse(f"dtype {manifest['dtype']!r} is not one of {DTYPES}")
+  for relative, record in manifest["files"].items():
+    if (posixpath.isabs(relative) or posixpath.normpath(relative) != relative
+        or relative.startswith("..")):
+      refuse(f"files: {relative!r} is not a path inside the index")
+    if (not isinstance(record, dict) or not isinstance(record.get("sha256"), str)
+        or not isinstance(record.get("size"), int)):
+      refuse(f"files[{relative!r}] needs a string sha256 and an integer size")
+  for i, chunk in enumerate(manifest["chunks"]):
+    if (not isinstance(chunk, dict) or chunk.get("file") not in manifest["files"]
+        or chunk.get("doc_index_file") not in manifest["files"]
+        or not isinstance(chunk.get("num_tokens"), int)):
+      refuse(f"chunks[{i}] needs listed files and an integer num_tokens")
+  if not isinstance(manifest["scann"].get("reorder_k"), int):
+    refuse("scann.reorder_k is not an integer")
+  for required in (DOC_IDS, DOC_OFFSETS):
+    if required not in manifest["files"]:
+      refuse(f"files does not list {required}")

@@ -6,7 +6,6 @@ checked against the manifest's sizes on open and its sha256s before their first 
 pickle).
 """
 import os
-import posixpath
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,50 +15,6 @@ from xtr.index import exact
 from xtr.index import files
 from xtr.index import scann
 from xtr.index import verify as verify_lib
-
-_FIELDS = {"format": int, "dim": int, "dtype": str, "model": dict, "fingerprint": str,
-           "docs_per_chunk": int, "corpus": dict, "num_docs": int, "num_tokens": int,
-           "scann": dict, "chunks": list, "files": dict}
-
-
-def _check_manifest(manifest: Any, path: str) -> None:
-  """Refuses a manifest that is not what `IndexWriter.finalize` writes, naming the field."""
-  def refuse(problem: str):
-    raise files.DamagedIndexError(f"{path}: {problem}; the token index is damaged.")
-
-  if not isinstance(manifest, dict):
-    refuse("not a JSON object")
-  if manifest.get("format") == 1:
-    raise ValueError(
-        f"{path}: this index was written by an older xtr (format 1), which stored its model as "
-        "gin text; xtr no longer runs configuration read from an index. Re-export it into a new "
-        "directory: xtr-export --gin_file=<the model's gin file> --checkpoint=... --corpus=... "
-        "--out=NEW_DIR.")
-  for field, kind in _FIELDS.items():
-    if not isinstance(manifest.get(field), kind) or isinstance(manifest.get(field), bool):
-      refuse(f"field '{field}' is missing or not a {kind.__name__}")
-  if manifest["format"] != files.FORMAT:
-    refuse(f"format {manifest['format']}, expected {files.FORMAT}")
-  if manifest["dtype"] not in files.DTYPES:
-    refuse(f"dtype {manifest['dtype']!r} is not one of {files.DTYPES}")
-  for relative, record in manifest["files"].items():
-    if (posixpath.isabs(relative) or posixpath.normpath(relative) != relative
-        or relative.startswith("..")):
-      refuse(f"files: {relative!r} is not a path inside the index")
-    if (not isinstance(record, dict) or not isinstance(record.get("sha256"), str)
-        or not isinstance(record.get("size"), int)):
-      refuse(f"files[{relative!r}] needs a string sha256 and an integer size")
-  for i, chunk in enumerate(manifest["chunks"]):
-    if (not isinstance(chunk, dict) or chunk.get("file") not in manifest["files"]
-        or chunk.get("doc_index_file") not in manifest["files"]
-        or not isinstance(chunk.get("num_tokens"), int)):
-      refuse(f"chunks[{i}] needs listed files and an integer num_tokens")
-  if not isinstance(manifest["scann"].get("reorder_k"), int):
-    refuse("scann.reorder_k is not an integer")
-  for required in (files.DOC_IDS, files.DOC_OFFSETS):
-    if required not in manifest["files"]:
-      refuse(f"files does not list {required}")
-
 
 class _Shard:
   """One complete index directory (see `xtr.index`); doc indices are local to it."""
@@ -71,7 +26,7 @@ class _Shard:
                        "export.")
     self.path = path
     self.manifest = files.read_json(manifest_path)
-    _check_manifest(self.manifest, manifest_path)
+    files.check_manifest(self.manifest, manifest_path)
     self.dim = self.manifest["dim"]
     self.num_docs = self.manifest["num_docs"]
     self.num_tokens = self.manifest["num_tokens"]

@@ -44,7 +44,7 @@ class _Lock:
     self._file.close()
 
 
-def _same_settings(previous: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+def _changed_settings(previous: dict[str, Any], settings: dict[str, Any]) -> list[str]:
   """The keys whose values differ; the corpus's path may change (a moved file), not its bytes."""
   without_path = lambda s: {**s, "corpus": {k: v for k, v in s.get("corpus", {}).items()
                                             if k != "path"}}
@@ -93,7 +93,7 @@ class IndexWriter:
       files.write_json(path, self.settings)
       return
     previous = files.read_json(path)
-    changed = _same_settings(previous, self.settings)
+    changed = _changed_settings(previous, self.settings)
     if changed:
       self._lock.release()
       raise ValueError(f"{path}: this export was started with other settings ({', '.join(changed)}"
@@ -212,7 +212,9 @@ def prepare_repair(out_dir: str) -> str:
   first chunk whose files do not verify on (the resumed export re-encodes from there; ScaNN, doc
   ids and offsets are always rebuilt). Returns what it found, for the user.
   """
-  manifest = files.read_json(os.path.join(out_dir, files.MANIFEST))
+  manifest_path = os.path.join(out_dir, files.MANIFEST)
+  manifest = files.read_json(manifest_path)
+  files.check_manifest(manifest, manifest_path)
   damaged = []
   for relative, expected in manifest["files"].items():
     path = os.path.join(out_dir, relative)
