@@ -88,15 +88,16 @@ def read_triples(path: tf.Tensor) -> tf.data.Dataset:
 def _utf8_error(line: tf.Tensor) -> tf.Tensor:
   """[] string -> [] int64 offset of its first byte that is not valid UTF-8, -1 if none.
 
-  Decoding with replacement yields U+FFFD at each invalid sequence; one that is not the three
-  bytes of a real U+FFFD in the line marks the error.
+  Transcoding with replacement changes a line only if it is not valid UTF-8; then each invalid
+  sequence decodes to a U+FFFD that is not the three bytes of a real U+FFFD in the line.
   """
-  chars, offsets = tf.strings.unicode_decode_with_offsets(line, "UTF-8", errors="replace")
-  replaced = tf.equal(chars, 0xFFFD) & tf.not_equal(
-      tf.strings.substr(tf.fill(tf.shape(offsets), line), offsets, tf.ones_like(offsets) * 3),
-      "\ufffd")
-  return tf.cond(tf.reduce_any(replaced), lambda: tf.reduce_min(tf.boolean_mask(offsets, replaced)),
-                 lambda: tf.constant(-1, tf.int64))
+  def first_invalid() -> tf.Tensor:
+    chars, offsets = tf.strings.unicode_decode_with_offsets(line, "UTF-8", errors="replace")
+    real = tf.strings.substr(tf.fill(tf.shape(offsets), line), offsets, tf.ones_like(offsets) * 3)
+    return tf.reduce_min(tf.boolean_mask(offsets, tf.equal(chars, 0xFFFD) & (real != "\ufffd")))
+
+  valid = tf.equal(tf.strings.unicode_transcode(line, "UTF-8", "UTF-8", errors="replace"), line)
+  return tf.cond(valid, lambda: tf.constant(-1, tf.int64), first_invalid)
 
 
 def _parse_line(path: tf.Tensor, line_number: tf.Tensor, line: tf.Tensor) -> dict[str, tf.Tensor]:

@@ -12,7 +12,6 @@ after checking every field's type.
    "query_max_length": 32, "doc_max_length": 256}
 """
 import dataclasses
-import hashlib
 import typing
 from typing import Any
 
@@ -27,6 +26,7 @@ from xtr import encoding
 from xtr import models
 from xtr import t5
 from xtr import vocabularies
+from xtr.index import files
 
 _BACKBONES = {"t5": (t5.T5Encoder, t5.T5Config), "bert": (bert.BertEncoder, bert.BertConfig)}
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -34,11 +34,7 @@ _DTYPES = ("float32", "bfloat16", "float16")
 
 def _file_sha256(path: str) -> str:
   """sha256 of a local or gs:// file."""
-  digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 24), b""):
-      digest.update(block)
-  return digest.hexdigest()
+  return files.sha256(path, tf.io.gfile.GFile)
 
 
 def describe(encoder: encoding.Encoder) -> dict[str, Any]:

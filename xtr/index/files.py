@@ -75,9 +75,10 @@ def json_line(line: bytes, path: str, line_number: int) -> Any:
                             "damaged.") from None
 
 
-def sha256(path: str) -> str:
+def sha256(path: str, opener: Callable[[str, str], BinaryIO] = open) -> str:
+  """The sha256 of the file at `path`; `opener` may be e.g. `tf.io.gfile.GFile` for gs://."""
   digest = hashlib.sha256()
-  with open(path, "rb") as f:
+  with opener(path, "rb") as f:
     for block in iter(lambda: f.read(1 << 24), b""):
       digest.update(block)
   return digest.hexdigest()

@@ -39,6 +39,8 @@ class _Shard:
     self._chunk_vectors = [
         files.load_npy(os.path.join(path, chunk["file"]), (chunk["num_tokens"], self.dim),
                        self.manifest["dtype"]) for chunk in self.manifest["chunks"]]
+    self._unverified_chunks = [c[key] for c in self.manifest["chunks"]
+                               for key in ("file", "doc_index_file")]
     self._scann = None
 
   def _read_doc_ids(self) -> list[str]:
@@ -51,8 +53,9 @@ class _Shard:
 
   def _chunks(self) -> list[np.ndarray]:
     """The chunks' token vectors [T_c, D] (memory-mapped), verified before their first use."""
-    self._verifier.check(c[key] for c in self.manifest["chunks"]
-                         for key in ("file", "doc_index_file"))
+    if self._unverified_chunks:
+      self._verifier.check(self._unverified_chunks)
+      self._unverified_chunks = []
     return self._chunk_vectors
 
   def verify(self) -> None:
