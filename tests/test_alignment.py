@@ -109,7 +109,7 @@ def _naive_scores(q, q_mask, d, d_mask, a, u_q, u_d, normalize):
             total += jnp.dot(q[b, i], d[c, j]) * weight
             z += weight
       z = z if normalize == "alignment" else float(q_mask[b].sum())
-      row.append(total / z if not (isinstance(z, float) and z == 0) else 0.0 * total)
+      row.append(total / jnp.maximum(z, alignment.Z_FLOOR))
     rows.append(jnp.stack([jnp.asarray(x, jnp.float32) for x in row]))
   return jnp.stack(rows)
 

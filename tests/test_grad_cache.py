@@ -10,6 +10,7 @@ from xtr import grad_cache
 from xtr import models
 from xtr import objective
 from xtr import partitioning
+from xtr import salience
 from xtr import t5
 from xtr import trainer
 
@@ -18,8 +19,8 @@ DROPOUT = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=1, hea
 B, K, LQ, LD = 4, 2, 6, 10
 
 
-def _setup(seed: int = 0):
-  model = models.XTREncoder(backbone=t5.T5Encoder(DROPOUT), embed_dim=16)
+def _setup(seed: int = 0, gate: salience.Salience | None = None):
+  model = models.XTREncoder(backbone=t5.T5Encoder(DROPOUT), embed_dim=16, salience=gate)
   params = model.init(jax.random.key(seed), jnp.ones((1, 8), jnp.int32))["params"]
   rng = np.random.default_rng(seed)
   batch = {"query_tokens": rng.integers(1, 512, (B, LQ)).astype(np.int32),
@@ -27,41 +28,48 @@ def _setup(seed: int = 0):
   return model, nn.meta.unbox(params), batch
 
 
-def test_micro_batched_gradient_with_dropout_equals_autodiff():
+@pytest.mark.parametrize("scoring", ["xtr", "aligner"])
+def test_micro_batched_gradient_with_dropout_equals_autodiff(scoring):
   """Micro-batch i encodes with fold_in(key, i) in both passes; autodiff of that function (all
-  activations kept) is the reference."""
-  model, params, batch = _setup()
+  activations kept) is the reference. Under "aligner" the gradient also flows through the
+  saliences into the salience heads."""
+  model, params, batch = _setup(gate=salience.Salience(epsilon=0.05) if scoring == "aligner"
+                                else None)
   mesh = partitioning.make_mesh(devices=jax.devices()[:1])
   encode = trainer.encoder(model)
   rngs = trainer.dropout_rngs(0, jnp.int32(3))
   doc_tokens = batch["doc_tokens"].reshape(B * K, LD)
-  objective_ = objective.Objective("xtr", 20)
-  loss = lambda q, q_mask, d, d_mask: objective.loss_and_metrics(
-      objective_, q, q_mask, d, d_mask, doc_tokens, mesh)
+  objective_ = objective.Objective(scoring, 20)
+  loss = lambda queries, docs: objective.loss_and_metrics(objective_, queries, docs, doc_tokens,
+                                                          mesh)
   micro = 2
 
   def reference(params):
     encoded = [(encode(params, batch["query_tokens"][i * micro:(i + 1) * micro],
-                       jax.random.fold_in(rngs[0], i)),
+                       jax.random.fold_in(rngs[0], i), "query"),
                 encode(params, doc_tokens[i * micro * K:(i + 1) * micro * K],
-                       jax.random.fold_in(rngs[1], i)))
+                       jax.random.fold_in(rngs[1], i), "document"))
                for i in range(B // micro)]
-    (q, q_mask), (d, d_mask) = [
-        [jnp.concatenate(parts) for parts in zip(*side)] for side in zip(*encoded)]
-    return loss(q, q_mask, d, d_mask)
+    queries, docs = [jax.tree.map(lambda *parts: jnp.concatenate(parts), *side)
+                     for side in zip(*encoded)]
+    return loss(queries, docs)
 
   with jax.set_mesh(mesh):
     (value, metrics), grads = jax.jit(lambda p: grad_cache.value_and_grad(
         encode, loss, p, batch, micro, mesh, rngs))(params)
     (ref_value, ref_metrics), ref_grads = jax.jit(
         jax.value_and_grad(reference, has_aux=True))(params)
-    whole_batch_masks, _ = jax.jit(lambda p: loss(*encode(p, batch["query_tokens"], rngs[0]),
-                                                  *encode(p, doc_tokens, rngs[1])))(params)
+    whole_batch_masks, _ = jax.jit(lambda p: loss(
+        encode(p, batch["query_tokens"], rngs[0], "query"),
+        encode(p, doc_tokens, rngs[1], "document")))(params)
   np.testing.assert_allclose(value, ref_value, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), metrics, ref_metrics)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
                grads, ref_grads)
   assert abs(whole_batch_masks - value) > 1e-4  # the test sees which dropout masks are drawn
+  if scoring == "aligner":  # the salience heads learn
+    assert np.abs(grads["document_salience"]["kernel"]).max() > 1e-4
+    assert np.abs(grads["query_salience"]["kernel"]).max() > 1e-4
 
 
 def test_queries_and_documents_draw_separate_dropout_keys():
@@ -74,11 +82,11 @@ def test_queries_and_documents_draw_separate_dropout_keys():
   assert all(jnp.array_equal(jax.random.key_data(a), jax.random.key_data(b))
              for a, b in zip((query_rng, doc_rng), again))
   tokens = np.random.default_rng(1).integers(1, 512, (4, LD)).astype(np.int32)
-  as_query, _ = encode(params, tokens, query_rng)
-  as_document, _ = encode(params, tokens, doc_rng)
+  as_query = encode(params, tokens, query_rng, "query")[0]
+  as_document = encode(params, tokens, doc_rng, "document")[0]
   assert not np.allclose(as_query, as_document, atol=1e-3)
-  np.testing.assert_array_equal(*[encode(params, tokens, None)[0]] * 2)
-  same_key, _ = encode(params, tokens, query_rng)
+  np.testing.assert_array_equal(*[encode(params, tokens, None, "query")[0]] * 2)
+  same_key = encode(params, tokens, query_rng, "query")[0]
   np.testing.assert_array_equal(same_key, as_query)
 
 

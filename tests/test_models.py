@@ -45,7 +45,8 @@ def test_full_rank_pca_projection_keeps_the_backbone_cosines():
   model, params = _setup(embed_dim=TINY.emb_dim)
   ids = _ids(np.random.default_rng(2), 8, 12)
   params["projection"]["kernel"] = models.pca_projection(model, params["backbone"], [ids])
-  vectors, mask = model.apply({"params": params}, ids)
+  vectors, mask, salience = model.apply({"params": params}, ids)
+  assert salience is None
   raw = np.asarray(model.backbone.apply({"params": params["backbone"]}, ids, mask))
   raw = raw / np.linalg.norm(raw, axis=-1, keepdims=True)
   vectors, mask = np.asarray(vectors), np.asarray(mask)

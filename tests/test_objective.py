@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
+from xtr import alignment
 from xtr import losses
 from xtr import objective
 from xtr import partitioning
@@ -37,59 +38,103 @@ def _false_negatives(doc_tokens: np.ndarray) -> np.ndarray:
   return mask
 
 
-def _reference(objective_, q, q_mask, d, d_mask, doc_tokens):
-  """(loss, metrics) on the global arrays: xtr.losses, then the masked mean cross-entropy."""
+def _saliences(seed: int, q_mask, d_mask):
+  """Random saliences u >= 0 (some exactly 0, as a sparse gate makes them), 0 on padding."""
+  rng = np.random.default_rng(seed)
+  u = lambda mask: np.where(mask & (rng.random(mask.shape) < 0.8),
+                            rng.random(mask.shape), 0.0).astype(np.float32)
+  return u(q_mask), u(d_mask)
+
+
+def _reference(objective_, q, q_mask, d, d_mask, doc_tokens, u_q=None, u_d=None):
+  """(loss, metrics) on the global arrays: xtr.losses or xtr.alignment (both tested against
+  loops), then the masked mean cross-entropy."""
   positive_index = np.arange(B) * K
   scores = losses.token_scores(q, d)
   retrieved = losses.retrieval_mask(scores, q_mask, d_mask, objective_.k_train)
   if objective_.scoring == "xtr":
     f = losses.f_xtr_from_token_scores(scores, retrieved, d_mask)
-  else:
+  elif objective_.scoring == "colbert":
     f = losses.f_colbert_from_token_scores(scores, q_mask, d_mask)
+  else:
+    a = objective_.alignment
+    f = alignment.sparse_alignment_scores(q, q_mask, d, d_mask, pairwise=a.pairwise, k=a.k, p=a.p,
+                                          u_q=u_q, u_d=u_d, epsilon=a.epsilon)
   f = jnp.where(_false_negatives(doc_tokens), -jnp.inf, f / objective_.temperature)
   loss = jnp.mean(losses.in_batch_cross_entropy(f, positive_index))
   hits = losses.positive_token_hits(retrieved, q_mask, positive_index)
-  return loss, {"loss": loss, "accuracy": jnp.mean(losses.in_batch_accuracy(f, positive_index)),
-                "positive_token_hit_rate": jnp.sum(hits) / jnp.sum(q_mask)}
+  metrics = {"loss": loss, "accuracy": jnp.mean(losses.in_batch_accuracy(f, positive_index)),
+             "positive_token_hit_rate": jnp.sum(hits) / jnp.sum(q_mask)}
+  if u_q is not None:
+    metrics["query_salience"] = jnp.sum(u_q * q_mask) / jnp.sum(q_mask)
+    metrics["document_salience"] = jnp.sum(u_d * d_mask) / jnp.sum(d_mask)
+    metrics["loss"] = loss = loss + objective_.l1 * (metrics["query_salience"]
+                                                     + metrics["document_salience"])
+  return loss, metrics
 
 
-def _sharded(objective_, mesh, batch, query_chunk=None):
-  """(loss, metrics), (d loss / d q, d loss / d d) of the objective on `mesh`."""
-  placed = [jax.device_put(x, NamedSharding(mesh, PartitionSpec("data"))) for x in batch]
-  q, q_mask, d, d_mask, doc_tokens = placed
+def _sharded(objective_, mesh, batch, query_chunk=None, saliences=(None, None)):
+  """(loss, metrics), gradients of the loss with respect to (q, d, u_q, u_d) on `mesh`."""
+  put = lambda x: jax.device_put(x, NamedSharding(mesh, PartitionSpec("data")))
+  q, q_mask, d, d_mask, doc_tokens = map(put, batch)
 
-  def loss(q, d):
-    return objective.loss_and_metrics(objective_, q, q_mask, d, d_mask, doc_tokens, mesh,
-                                      query_chunk)
+  def loss(q, d, u_q, u_d):
+    return objective.loss_and_metrics(objective_, (q, q_mask, u_q), (d, d_mask, u_d),
+                                      doc_tokens, mesh, query_chunk)
 
   with jax.set_mesh(mesh):
-    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(q, d)
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(
+        q, d, *jax.tree.map(put, saliences))
 
 
 MESHES = {"one device": dict(devices=jax.devices()[:1]), "(8, 1)": {},
           "(4, 2)": dict(num_partitions=2)}
 
 
+ALIGNERS = {"top-1 + salience": (alignment.Alignment(), 0.0),
+            "top_p + salience + l1": (alignment.Alignment("top_p", p=0.4), 0.1),
+            "differentiable + salience": (alignment.Alignment("differentiable", k=2,
+                                                              epsilon=0.05), 0.0)}
+
+
 @pytest.mark.parametrize("mesh", MESHES)
 @pytest.mark.parametrize("scoring,k_train,query_chunk",
-                         [("xtr", 3, None), ("xtr", 40, 1), ("colbert", 5, None)])
+                         [("xtr", 3, None), ("xtr", 40, 1), ("colbert", 5, None),
+                          *[("aligner", name, 2) for name in ALIGNERS]])
 def test_sharded_objective_equals_global_reference(mesh, scoring, k_train, query_chunk):
   """Values and gradients; query 1's positive is query 3's negative and query 5's positive."""
   batch = _batch(0, duplicates={3 * K + 1: 1 * K, 5 * K: 1 * K})
-  objective_ = objective.Objective(scoring, k_train, temperature=0.5)
+  saliences = (None, None)
+  if scoring == "aligner":
+    aligner, l1 = ALIGNERS[k_train]
+    objective_ = objective.Objective(scoring, 4, temperature=0.5, alignment=aligner, l1=l1)
+    saliences = _saliences(1, batch[1], batch[3])
+  else:
+    objective_ = objective.Objective(scoring, k_train, temperature=0.5)
   mesh = partitioning.make_mesh(**MESHES[mesh])
   if query_chunk is not None and B // mesh.shape["data"] == 1:
     query_chunk = None  # One query per device: nothing to chunk.
-  (loss, metrics), grads = _sharded(objective_, mesh, batch, query_chunk)
+  (loss, metrics), grads = _sharded(objective_, mesh, batch, query_chunk, saliences)
   (ref_loss, ref_metrics), ref_grads = jax.value_and_grad(
-      lambda q, d: _reference(objective_, q, batch[1], d, *batch[3:]), argnums=(0, 1),
-      has_aux=True)(batch[0], batch[2])
+      lambda q, d, u_q, u_d: _reference(objective_, q, batch[1], d, *batch[3:], u_q, u_d),
+      argnums=(0, 1, 2, 3), has_aux=True)(batch[0], batch[2], *saliences)
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-6)
   assert metrics.keys() == ref_metrics.keys()
   for key in metrics:
     np.testing.assert_allclose(metrics[key], ref_metrics[key], rtol=1e-6, err_msg=key)
-  for grad, ref_grad in zip(grads, ref_grads):
-    np.testing.assert_allclose(grad, ref_grad, atol=1e-6)
+  jax.tree.map(lambda grad, ref_grad: np.testing.assert_allclose(grad, ref_grad, atol=1e-6,
+                                                                rtol=1e-5), grads, ref_grads)
+
+
+def test_aligner_top_1_without_salience_is_colbert():
+  """ALIGNER's top-1 with u = 1 (Z = n) trains exactly like f_ColBERT: same loss, same
+  gradients."""
+  batch = _batch(3)
+  mesh = partitioning.make_mesh(num_partitions=2)
+  aligner = _sharded(objective.Objective("aligner", 4, temperature=0.1), mesh, batch)
+  colbert = _sharded(objective.Objective("colbert", 4, temperature=0.1), mesh, batch)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+               aligner, colbert)
 
 
 def test_query_chunks_equal_all_queries_at_once():
@@ -146,7 +191,8 @@ def test_loss_memory_falls_with_data_shards():
 
     def loss_and_grads(q, q_mask, d, d_mask, doc_tokens):
       return jax.grad(lambda q, d: objective.loss_and_metrics(
-          objective_, q, q_mask, d, d_mask, doc_tokens, mesh)[0], argnums=(0, 1))(q, d)
+          objective_, (q, q_mask, None), (d, d_mask, None), doc_tokens, mesh)[0],
+                      argnums=(0, 1))(q, d)
 
     with jax.set_mesh(mesh):
       compiled = jax.jit(loss_and_grads).lower(*args).compile()
@@ -158,5 +204,5 @@ def test_loss_memory_falls_with_data_shards():
 
 
 def test_unknown_scoring_is_refused():
-  with pytest.raises(ValueError, match="Unknown scoring 'aligner'"):
-    objective.Objective("aligner", 8)
+  with pytest.raises(ValueError, match="Unknown scoring 'sparse'"):
+    objective.Objective("sparse", 8)

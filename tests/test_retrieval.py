@@ -133,7 +133,7 @@ def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_sli
   all_tokens = [(d, p) for d, v in enumerate(doc_vectors) for p in range(len(v))]
   gold, lexical, num_tokens = np.zeros(k), np.zeros(k), 0
   for query_id, query in zip(data.query_ids, data.queries):
-    vectors, mask = encoder.encode_queries([query])
+    vectors, mask, _ = encoder.encode_queries([query])
     ids = vocabularies.encode_batch(vocab, [query], encoder.query_max_length)[0]
     relevant = {data.doc_ids.index(d) for d, rel in data.qrels[query_id].items() if rel > 0}
     for i in range(mask.shape[1]):

@@ -13,10 +13,12 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from xtr import alignment
 from xtr import models
 from xtr import objective
 from xtr import optimizers
 from xtr import partitioning
+from xtr import salience
 from xtr import t5
 from xtr import trainer
 
@@ -34,14 +36,18 @@ def _batch(rng: np.random.Generator, num_queries=8, docs_per_query=2, lq=12, ld=
 
 
 def _one_step(mesh, scoring, batch, micro_batch_size=None):
-  model = models.XTREncoder(backbone=t5.T5Encoder(TINY), embed_dim=16)
+  """One train step; "aligner" is ALIGNER's recipe (top-1, entropy-regularized salience, with a
+  larger ε so that float32 reductions in another order stay within the tolerance)."""
+  gate = salience.Salience(epsilon=0.05) if scoring == "aligner" else None
+  model = models.XTREncoder(backbone=t5.T5Encoder(TINY), embed_dim=16, salience=gate)
   optimizer = optimizers.make_optimizer(
       "adafactor", optimizers.warmup_constant(learning_rate=1e-2, warmup_steps=0))
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
     state, shardings = trainer.init_state(model, optimizer, mesh, jax.random.key(0))
     train_step = trainer.make_train_step(model, optimizer, mesh, shardings,
                                          objective.Objective(scoring, k_train=16,
-                                                             token_hit_rate=scoring == "xtr"),
+                                                             token_hit_rate=scoring == "xtr",
+                                                             alignment=alignment.Alignment()),
                                          micro_batch_size)
     initial = jax.device_get(state.params)
     state, metrics = train_step(state, partitioning.global_batch(
@@ -62,7 +68,7 @@ def _assert_same_step(step, reference):
   assert sum(changed) > len(changed) // 2  # The step really updated the parameters.
 
 
-@pytest.mark.parametrize("scoring", ["xtr", "colbert"])
+@pytest.mark.parametrize("scoring", ["xtr", "colbert", "aligner"])
 def test_sharded_step_equals_single_device(scoring):
   assert jax.device_count() == 8
   batch = _batch(np.random.default_rng(0))
@@ -76,7 +82,7 @@ def test_sharded_step_equals_single_device(scoring):
   _assert_same_step(sharded, single)
 
 
-@pytest.mark.parametrize("scoring", ["xtr", "colbert"])
+@pytest.mark.parametrize("scoring", ["xtr", "colbert", "aligner"])
 @pytest.mark.parametrize("mesh", ["one device", "(4, 2)"])
 def test_micro_batched_step_equals_whole_batch_step(scoring, mesh):
   """Gradient caching: 16 queries in micro-batches of 8 (2 per data shard on (4, 2)) give the

@@ -8,11 +8,14 @@ top-k (`top_k`), its top max(⌊p·m⌋, 1) with m the document's valid length (
 differentiable alignment of Appendix A.2 (`differentiable`: each row the entropy-regularized
 top-k of `entropy_topk`, row sums k). u^q [B, n] and u^d [C, m] are unary saliences (1 when not
 given). Z is sum_ij A_ij (`normalize="alignment"`, ALIGNER) or the number of valid query tokens
-(`"query"`, ColBERT's mean): top-1 with u = 1 and Z = n is `losses.f_colbert`.
+(`"query"`, ColBERT's mean), floored at Z_FLOOR: top-1 with u = 1 and Z = n is `losses.f_colbert`.
 
 Shapes follow `xtr.losses`: B queries of n tokens, C documents of m tokens, D the token size;
 token scores are [B, n, C, m], so every query is aligned with every document of a batch.
 """
+import dataclasses
+
+import gin
 import jax
 import jax.numpy as jnp
 
@@ -20,6 +23,11 @@ from xtr import losses
 
 PAIRWISE = ("top_k", "top_p", "differentiable")
 NORMALIZE = ("alignment", "query")
+# Z is floored here: with sparse saliences a pair's aligned tokens may all have u ≈ 1e-35, and
+# sim = (Σ S·A) / Z is then a ratio of vanishing numbers whose gradient (∝ 1/Z²) overflows
+# float32 (measured: NaN within 20 steps of ALIGNER training at ε = 0.002). Floored, such a pair
+# scores ≈ 0, as a pair with Z = 0 does; ALIGNER does not say how it handles Z → 0.
+Z_FLOOR = 1e-3
 
 
 def entropy_topk(s: jax.Array, mask: jax.Array, k: jax.Array | float, epsilon: float,
@@ -72,7 +80,7 @@ def entropy_topk(s: jax.Array, mask: jax.Array, k: jax.Array | float, epsilon: f
   return jnp.where(mask & (k[..., None] > 0), lam, 0.0)
 
 
-def _top_mask(s: jax.Array, mask: jax.Array, k: jax.Array) -> jax.Array:
+def top_mask(s: jax.Array, mask: jax.Array, k: jax.Array) -> jax.Array:
   """[..., m] bool: the k (per row, [...]) highest valid entries of each row of s; ties go to
   the lower index."""
   order = jnp.argsort(jnp.where(mask, -s, jnp.inf), axis=-1, stable=True)
@@ -100,12 +108,12 @@ def pairwise_alignment(s: jax.Array, d_mask: jax.Array, pairwise: str = "top_k",
   if pairwise == "top_k":
     if k < 1:
       raise ValueError(f"top_k alignment needs k >= 1, got {k}")
-    return _top_mask(s, d_mask, jnp.full(lengths.shape, k)).astype(jnp.float32)
+    return top_mask(s, d_mask, jnp.full(lengths.shape, k)).astype(jnp.float32)
   if pairwise == "top_p":
     if p is None or not 0 < p <= 1:
       raise ValueError(f"top_p alignment needs 0 < p <= 1, got {p}")
     budget = jnp.maximum(jnp.floor(p * lengths), 1).astype(jnp.int32)
-    return _top_mask(s, d_mask, budget).astype(jnp.float32)
+    return top_mask(s, d_mask, budget).astype(jnp.float32)
   if pairwise == "differentiable":
     if k < 1:
       raise ValueError(f"differentiable alignment needs k >= 1, got {k}")
@@ -128,11 +136,19 @@ def sparse_alignment_scores(q: jax.Array, q_mask: jax.Array, d: jax.Array, d_mas
     normalize: Z = Σ A ("alignment") or the number of valid query tokens ("query").
 
   Returns:
-    [B, C] float32; a pair whose alignment is all zero (Z = 0) scores 0.
+    [B, C] float32: Σ S·A / max(Z, Z_FLOOR); a pair whose alignment is all zero scores 0.
   """
+  return scores_from_token_scores(losses.token_scores(q, d), q_mask, d_mask, u_q, u_d, pairwise,
+                                  k, p, normalize, epsilon, num_iters)
+
+
+def scores_from_token_scores(s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
+                             u_q: jax.Array | None, u_d: jax.Array | None, pairwise: str, k: int,
+                             p: float | None, normalize: str, epsilon: float,
+                             num_iters: int) -> jax.Array:
+  """`sparse_alignment_scores` from the token scores s [B, n, C, m] -> [B, C]."""
   if normalize not in NORMALIZE:
     raise ValueError(f"normalize must be one of {NORMALIZE}, got {normalize!r}")
-  s = losses.token_scores(q, d)  # [B, n, C, m]
   a = pairwise_alignment(s, d_mask, pairwise, k, p, epsilon, num_iters)
   a = a * q_mask[:, :, None, None]
   if u_q is not None:
@@ -144,4 +160,54 @@ def sparse_alignment_scores(q: jax.Array, q_mask: jax.Array, d: jax.Array, d_mas
     z = jnp.sum(a, axis=(1, 3))
   else:
     z = jnp.broadcast_to(jnp.sum(q_mask, axis=1, dtype=jnp.float32)[:, None], total.shape)
-  return jnp.where(z > 0, total / jnp.where(z > 0, z, 1.0), 0.0)
+  return total / jnp.maximum(z, Z_FLOOR)
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class Alignment:
+  """A sparse alignment strategy: what the trainer's "aligner" scoring and search use.
+
+  Attributes: as `sparse_alignment_scores`. Written as text (`--alignment`, `parse`):
+  "top_k:K", "top_p:P" or "differentiable:K".
+  """
+  pairwise: str = "top_k"
+  k: int = 1
+  p: float | None = None
+  normalize: str = "alignment"
+  epsilon: float = 0.002
+  num_iters: int = 100
+
+  def __post_init__(self):
+    if self.pairwise not in PAIRWISE:
+      raise ValueError(f"pairwise must be one of {PAIRWISE}, got {self.pairwise!r}")
+    if self.pairwise == "top_p":
+      if self.p is None or not 0 < self.p <= 1:
+        raise ValueError(f"top_p alignment needs 0 < p <= 1, got {self.p}")
+    elif self.k < 1:
+      raise ValueError(f"{self.pairwise} alignment needs k >= 1, got {self.k}")
+    if self.normalize not in NORMALIZE:
+      raise ValueError(f"normalize must be one of {NORMALIZE}, got {self.normalize!r}")
+
+  @classmethod
+  def parse(cls, text: str, **settings) -> "Alignment":
+    """"top_k:4", "top_p:0.015" or "differentiable:1" (ValueError naming the text otherwise)."""
+    name, _, value = text.partition(":")
+    try:
+      if name == "top_p":
+        return cls("top_p", p=float(value), **settings)
+      if name in ("top_k", "differentiable") and value.isdigit():
+        return cls(name, k=int(value), **settings)
+    except ValueError as e:
+      raise ValueError(f"alignment {text!r}: {e}") from None
+    raise ValueError(f"alignment {text!r} does not parse: expected top_k:K (K >= 1), top_p:P "
+                     "(0 < P <= 1) or differentiable:K")
+
+  def __str__(self) -> str:
+    return f"top_p:{self.p:g}" if self.pairwise == "top_p" else f"{self.pairwise}:{self.k}"
+
+  def from_token_scores(self, s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
+                        u_q: jax.Array | None = None, u_d: jax.Array | None = None) -> jax.Array:
+    """sim [B, C] from token scores s [B, n, C, m] (`scores_from_token_scores`)."""
+    return scores_from_token_scores(s, q_mask, d_mask, u_q, u_d, self.pairwise, self.k, self.p,
+                                    self.normalize, self.epsilon, self.num_iters)

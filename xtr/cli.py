@@ -14,6 +14,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from xtr import alignment
 from xtr import encoding
 from xtr import model_spec
 from xtr import retrieval
@@ -127,7 +128,14 @@ def define_search_flags() -> Callable[[], retrieval.SearchConfig]:
                                  "Document tokens retrieved per query token (k').")
   scoring = flags.DEFINE_enum("scoring", defaults.scoring, retrieval.SCORINGS,
                               "xtr: f_XTR' from retrieved tokens only; colbert: ColBERT's "
-                              "three stages; exact: MaxSim over the whole corpus.")
+                              "three stages; aligner: ALIGNER's refinement (--alignment, "
+                              "saliences); exact: MaxSim over the whole corpus.")
+  alignment_text = flags.DEFINE_string(
+      "alignment", str(defaults.alignment), "The sparse alignment of --scoring=aligner: top_k:K, "
+      "top_p:P (P a fraction of the document's length, e.g. 0.015) or differentiable:K.")
+  prune_query = flags.DEFINE_float(
+      "prune_query", None, "β_q in (0, 1]: only the ⌈β_q·n⌉ most salient query tokens retrieve "
+      "tokens (a model with salience heads). Default: all of them.")
   impute = flags.DEFINE_string("impute", defaults.impute,
                                "f_XTR' imputation: top_k_prime, zero, none, or a number.")
   searcher = flags.DEFINE_enum("searcher", defaults.searcher, ("scann", "bruteforce"),
@@ -142,7 +150,13 @@ def define_search_flags() -> Callable[[], retrieval.SearchConfig]:
         raise flags.ValidationError(
             f"--impute must be top_k_prime, zero, none or a number, not {impute.value!r}"
         ) from None
+    try:
+      parsed = alignment.Alignment.parse(alignment_text.value)
+    except ValueError as e:
+      raise flags.ValidationError(f"--alignment={alignment_text.value}: {e}") from None
+    if prune_query.value is not None and not 0 < prune_query.value <= 1:
+      raise flags.ValidationError(f"--prune_query={prune_query.value} is not in (0, 1].")
     return retrieval.SearchConfig(top_k.value, k_prime.value, scoring.value, impute_value,
-                                  searcher.value)
+                                  searcher.value, parsed, prune_query.value)
 
   return read

@@ -69,40 +69,59 @@ class Encoder:
     self.doc_max_length = doc_max_length
     self.batch_size = batch_size
     self.fingerprint = fingerprint(params)
-    self._apply = jax.jit(lambda p, ids: model.apply({"params": p}, ids))
-    self.dim = jax.eval_shape(self._apply, params, jnp.ones((1, 1), jnp.int32))[0].shape[-1]
+    self._apply = jax.jit(lambda p, ids, role: model.apply({"params": p}, ids, role=role),
+                          static_argnums=2)
+    self.dim = jax.eval_shape(self._apply, params, jnp.ones((1, 1), jnp.int32),
+                              "query")[0].shape[-1]
 
-  def encode(self, texts: Sequence[str], max_length: int,
-             progress: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """texts -> (vectors [N, max_length, D] float32, mask [N, max_length] bool).
+  @property
+  def has_salience(self) -> bool:
+    """Whether the model has ALIGNER's salience heads (`models.XTREncoder.salience`)."""
+    return getattr(self.model, "salience", None) is not None
+
+  def encode(self, texts: Sequence[str], max_length: int, role: str = "document",
+             progress: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """texts -> (vectors [N, max_length, D] float32, mask [N, max_length] bool, salience).
 
     Args:
+      role: "query" or "document": which salience head scores the tokens.
       progress: a label for a progress bar (None: no bar).
+
+    Returns:
+      salience: [N, max_length] float32 u of each token (0 on padding), or None if the model
+        has no salience heads.
     """
     vectors = np.zeros((len(texts), max_length, self.dim), np.float32)
     mask = np.zeros((len(texts), max_length), bool)
+    salience = np.zeros((len(texts), max_length), np.float32) if self.has_salience else None
     starts = range(0, len(texts), self.batch_size)
     for start in tqdm.tqdm(starts, desc=progress, unit="batch", disable=progress is None):
       ids = vocabularies.encode_batch(
           self.vocabulary, texts[start:start + self.batch_size], max_length)
       padded = np.zeros((self.batch_size, max_length), np.int32)
       padded[:len(ids)] = ids
-      batch_vectors, batch_mask = jax.device_get(self._apply(self.params, jnp.asarray(padded)))
+      batch_vectors, batch_mask, batch_salience = jax.device_get(
+          self._apply(self.params, jnp.asarray(padded), role))
       vectors[start:start + len(ids)] = batch_vectors[:len(ids)]
       mask[start:start + len(ids)] = batch_mask[:len(ids)]
-    return vectors, mask
+      if salience is not None:
+        salience[start:start + len(ids)] = batch_salience[:len(ids)]
+    return vectors, mask, salience
 
   def unknown_only(self, texts: Sequence[str], max_length: int) -> list[int]:
     """Indices of the texts whose tokens are all unknown to the vocabulary (or none at all)."""
     ids = vocabularies.encode_batch(self.vocabulary, texts, max_length)
     return np.flatnonzero(vocabularies.unknown_only(self.vocabulary, ids)).tolist()
 
-  def encode_queries(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """texts -> ([N, query_max_length, D], [N, query_max_length])."""
-    return self.encode(texts, self.query_max_length)
+  def encode_queries(self, texts: Sequence[str]
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """texts -> ([N, n, D], [N, n], salience [N, n] or None), n = query_max_length."""
+    return self.encode(texts, self.query_max_length, "query")
 
-  def encode_documents(self, texts: Sequence[str],
-                       progress: str | None = None) -> list[np.ndarray]:
-    """texts -> each document's valid token vectors [len_i, D] (padding dropped)."""
-    vectors, mask = self.encode(texts, self.doc_max_length, progress)
-    return [v[m] for v, m in zip(vectors, mask)]
+  def encode_documents(self, texts: Sequence[str], progress: str | None = None
+                       ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """texts -> (each document's valid token vectors [len_i, D] (padding dropped), their
+    saliences [len_i] or None)."""
+    vectors, mask, salience = self.encode(texts, self.doc_max_length, "document", progress)
+    return ([v[m] for v, m in zip(vectors, mask)],
+            None if salience is None else [u[m] for u, m in zip(salience, mask)])

@@ -10,6 +10,10 @@ range of the corpus, and search fans out over the shards. ScaNN settings: `Scann
 `xtr.index.scann`. The index records the corpus file's sha256 and the document range: a resumed
 export with another corpus or range is refused. A damaged index is repaired by rerunning the
 command with --repair. Two exports into one directory at once are refused (export.lock).
+
+ALIGNER (a checkpoint with salience heads): --prune_doc=0.2 puts only the top 20 % of each
+document's tokens by salience into ScaNN (the token-retrieval index); every token vector is still
+stored, for the refinement stage of `xtr-search --scoring=aligner`.
 """
 import os
 from typing import Sequence
@@ -34,6 +38,9 @@ _DOCS_PER_CHUNK = flags.DEFINE_integer("docs_per_chunk", 1000, "Documents per sa
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards.",
                                    lower_bound=1)
 _SHARD_ID = flags.DEFINE_integer("shard_id", 0, "The shard this process exports.")
+_PRUNE_DOC = flags.DEFINE_float(
+    "prune_doc", None, "β_d in (0, 1]: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by "
+    "salience (ALIGNER; needs a checkpoint with salience heads). Default: every token.")
 _REPAIR = flags.DEFINE_bool("repair", False,
                             "Verify a complete index in full and redo what is damaged: "
                             "re-encode from the first damaged chunk, rebuild ScaNN.")
@@ -53,6 +60,9 @@ def main(argv: Sequence[str]) -> None:
     print(f"{out_dir} is already a complete index; nothing to do (--repair verifies it and "
           "redoes what is damaged).")
     return
+  prune_doc = _PRUNE_DOC.value
+  if prune_doc is not None and not 0 < prune_doc <= 1:
+    raise app.UsageError(f"--prune_doc={prune_doc} is not in (0, 1].")
   corpus = beir_files.read_jsonl(_CORPUS.value, beir_files.document_text)
   docs = indexing.shard_range(len(corpus), _SHARD_ID.value, _NUM_SHARDS.value)
   if not len(docs):
@@ -64,10 +74,15 @@ def main(argv: Sequence[str]) -> None:
   texts = list(corpus.values())[docs.start:docs.stop]
   record = indexing.corpus_record(_CORPUS.value, docs, len(corpus))
   encoder = encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
+  if prune_doc is not None and not encoder.has_salience:
+    raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
+                         f"--checkpoint={_CHECKPOINT.value} has no salience heads (gin: "
+                         "models.XTREncoder.salience).")
   manifest = indexing.export(encoder, doc_ids, texts, out_dir, _DTYPE.value, _DOCS_PER_CHUNK.value,
-                             record)
+                             record, prune_doc)
   print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
-        f"of dim {manifest['dim']} ({manifest['dtype']}).")
+        f"of dim {manifest['dim']} ({manifest['dtype']}), {manifest['num_indexed_tokens']} of "
+        f"them in ScaNN ({files.scann_bytes(manifest):,} bytes).")
 
 
 def console_entry_point() -> None:

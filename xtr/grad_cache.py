@@ -21,10 +21,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xtr import partitioning
 
-# (params, token ids [N, L], dropout rng or None) -> (vectors [N, L, D], mask [N, L]).
-Encode = Callable[[Any, jax.Array, jax.Array | None], tuple[jax.Array, jax.Array]]
-# (q [B, n, D], q_mask [B, n], d [C, m, D], d_mask [C, m]) -> (loss, metrics).
-Loss = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], tuple[jax.Array, Any]]
+# (params, token ids [N, L], dropout rng or None, role) -> (vectors [N, L, D], mask [N, L],
+# salience [N, L] or None): `trainer.encoder`.
+Encode = Callable[[Any, jax.Array, jax.Array | None, str], Any]
+# ((q [B, n, D], q_mask [B, n], u_q), (d [C, m, D], d_mask [C, m], u_d)) -> (loss, metrics).
+Loss = Callable[[Any, Any], tuple[jax.Array, Any]]
 
 
 def value_and_grad(encode: Encode, loss: Loss, params: Any, batch: dict[str, jax.Array],
@@ -50,28 +51,34 @@ def value_and_grad(encode: Encode, loss: Loss, params: Any, batch: dict[str, jax
   tokens = (jnp.arange(num_micro), split(batch["query_tokens"]), split(batch["doc_tokens"]))
 
   def encode_micro(params, index, query_tokens, doc_tokens):
-    """[u, Lq], [u, K, Ld] ids -> ((q [u, n, D], d [u, K, m, D]), (q_mask, d_mask))."""
+    """[u, Lq], [u, K, Ld] ids -> ((q, d, u_q, u_d), (q_mask, d_mask)): vectors and saliences
+    (the differentiable outputs), then masks; documents as [u, K, m, ...]."""
     rng = lambda i: None if dropout_rngs is None else jax.random.fold_in(dropout_rngs[i], index)
-    q, q_mask = encode(params, query_tokens, rng(0))
-    d, d_mask = encode(params, doc_tokens.reshape(-1, doc_length), rng(1))
+    q, q_mask, u_q = encode(params, query_tokens, rng(0), "query")
+    d, d_mask, u_d = encode(params, doc_tokens.reshape(-1, doc_length), rng(1), "document")
     per_query = lambda x: x.reshape(*doc_tokens.shape[:2], *x.shape[1:])
-    return (q, per_query(d)), (q_mask, per_query(d_mask))
+    return (q, per_query(d), u_q, jax.tree.map(per_query, u_d)), (q_mask, per_query(d_mask))
 
-  (q, d), (q_mask, d_mask) = jax.lax.map(lambda args: encode_micro(params, *args), tokens)
+  encoded, (q_mask, d_mask) = jax.lax.map(lambda args: encode_micro(params, *args), tokens)
   docs = lambda x: merge(x).reshape(-1, *x.shape[3:])  # [M, u, K, m, ...] -> [C, m, ...]
-  (value, metrics), (grad_q, grad_d) = jax.value_and_grad(
-      lambda q, d: loss(q, merge(q_mask), d, docs(d_mask)),
-      argnums=(0, 1), has_aux=True)(merge(q), docs(d))
-  grad_d = grad_d.reshape(num_queries, docs_per_query, *grad_d.shape[1:])
+
+  q, d, u_q, u_d = encoded
+  (value, metrics), cotangents = jax.value_and_grad(
+      lambda q, d, u_q, u_d: loss((q, merge(q_mask), u_q), (d, docs(d_mask), u_d)),
+      argnums=(0, 1, 2, 3), has_aux=True)(
+          merge(q), docs(d), jax.tree.map(merge, u_q), jax.tree.map(docs, u_d))
+  per_query = lambda x: x.reshape(num_queries, docs_per_query, *x.shape[1:])
+  grad_q, grad_d, grad_u_q, grad_u_d = cotangents
+  cotangents = (grad_q, per_query(grad_d), grad_u_q, jax.tree.map(per_query, grad_u_d))
 
   def backward(total: Any, args) -> tuple[Any, None]:
-    *micro, grad_q_i, grad_d_i = args
+    *micro, micro_cotangents = args
     _, vjp = jax.vjp(lambda p: encode_micro(p, *micro)[0], params)
-    (grads,) = vjp((grad_q_i, grad_d_i))
+    (grads,) = vjp(micro_cotangents)
     return jax.tree.map(jnp.add, total, grads), None
 
   grads, _ = jax.lax.scan(backward, jax.tree.map(jnp.zeros_like, params),
-                          (*tokens, split(grad_q), split(grad_d)))
+                          (*tokens, jax.tree.map(split, cotangents)))
   return (value, metrics), grads
 
 

@@ -31,18 +31,20 @@ def corpus_record(path: str, docs: range, total_docs: int) -> dict[str, Any]:
 
 
 def export(encoder: encoding.Encoder, doc_ids: Sequence[str], texts: Sequence[str],
-           out_dir: str, dtype: str, docs_per_chunk: int, corpus: dict[str, Any]) -> dict:
+           out_dir: str, dtype: str, docs_per_chunk: int, corpus: dict[str, Any],
+           prune_doc: float | None = None) -> dict:
   """Encodes `texts` chunk by chunk into an index at `out_dir` (resuming), builds ScaNN.
 
   Args:
     corpus: `corpus_record` of the corpus file that `doc_ids` and `texts` come from.
+    prune_doc: β_d: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by salience (None: all).
 
   Returns:
     The index manifest.
   """
   writer = writer_lib.IndexWriter(
       out_dir, encoder.dim, dtype, model_spec.describe(encoder), encoder.fingerprint,
-      docs_per_chunk, corpus, gin_config=gin.config_str())
+      docs_per_chunk, corpus, gin_config=gin.config_str(), prune_doc=prune_doc)
   num_chunks = math.ceil(len(doc_ids) / docs_per_chunk)
   done = writer.completed_chunks()
   if done:
@@ -50,6 +52,6 @@ def export(encoder: encoding.Encoder, doc_ids: Sequence[str], texts: Sequence[st
   for chunk in tqdm.tqdm(range(done, num_chunks), initial=done, total=num_chunks,
                          desc="export", unit="chunk"):
     docs = slice(chunk * docs_per_chunk, (chunk + 1) * docs_per_chunk)
-    writer.write_chunk(chunk, doc_ids[docs], encoder.encode_documents(texts[docs]))
+    writer.write_chunk(chunk, doc_ids[docs], *encoder.encode_documents(texts[docs]))
   print(f"Building the ScaNN index of {out_dir}.", flush=True)
   return writer.finalize(scann.ScannConfig())

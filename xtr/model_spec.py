@@ -7,6 +7,7 @@ and the encoder's lengths, all plain JSON; `encoder` rebuilds the modules from a
 after checking every field's type.
 
   {"backbone": "t5" | "bert", "config": {T5Config | BertConfig fields}, "embed_dim": 128 | null,
+   "salience": {salience.Salience fields} | null,
    "vocabulary": {"kind": "sentencepiece", "path", "sha256", "extra_ids"}
                | {"kind": "wordpiece", "path", "sha256"},
    "query_max_length": 32, "doc_max_length": 256}
@@ -24,6 +25,7 @@ import tensorflow as tf
 from xtr import bert
 from xtr import encoding
 from xtr import models
+from xtr import salience as salience_lib
 from xtr import t5
 from xtr import vocabularies
 from xtr.index import files
@@ -56,7 +58,9 @@ def describe(encoder: encoding.Encoder) -> dict[str, Any]:
              "extra_ids": vocabulary.extra_ids}
   else:
     raise TypeError(f"Cannot describe the vocabulary {vocabulary!r}.")
-  return {"backbone": name, "config": config, "embed_dim": model.embed_dim, "vocabulary": vocab,
+  salience = None if model.salience is None else dataclasses.asdict(model.salience)
+  return {"backbone": name, "config": config, "embed_dim": model.embed_dim,
+          "salience": salience, "vocabulary": vocab,
           "query_max_length": encoder.query_max_length,
           "doc_max_length": encoder.doc_max_length}
 
@@ -64,6 +68,8 @@ def describe(encoder: encoding.Encoder) -> dict[str, Any]:
 def _check_type(value: Any, annotation: Any, where: str) -> Any:
   """`value` read from JSON, checked against a config field's annotation (lists -> tuples)."""
   if annotation is int and isinstance(value, int) and not isinstance(value, bool):
+    return value
+  if annotation is str and isinstance(value, str):
     return value
   if annotation is float and isinstance(value, (int, float)) and not isinstance(value, bool):
     return float(value)
@@ -116,7 +122,22 @@ def _model(spec: Any, where: str) -> models.XTREncoder:
   embed_dim = spec.get("embed_dim")
   if embed_dim is not None:
     embed_dim = _check_type(embed_dim, int, f"{where}: model.embed_dim")
-  return models.XTREncoder(module(config=config_class(**config)), embed_dim)
+  return models.XTREncoder(module(config=config_class(**config)), embed_dim,
+                           _salience(spec.get("salience"), where))
+
+
+def _salience(spec: Any, where: str) -> salience_lib.Salience | None:
+  if spec is None:
+    return None
+  hints = typing.get_type_hints(salience_lib.Salience)
+  if not isinstance(spec, dict) or set(spec) != set(hints):
+    raise ValueError(f"{where}: model.salience must hold exactly the fields {sorted(hints)}.")
+  fields = {name: _check_type(value, hints[name], f"{where}: model.salience.{name}")
+            for name, value in spec.items()}
+  try:
+    return salience_lib.Salience(**fields)
+  except ValueError as e:
+    raise ValueError(f"{where}: model.salience: {e}") from None
 
 
 def _check_params(model: models.XTREncoder, params: Any, checkpoint: str, where: str) -> None:

@@ -1,9 +1,12 @@
-"""The XTR token encoder: backbone (T5 or BERT) -> Dense(128, no bias) -> L2-normalized tokens."""
+"""The XTR token encoder: backbone (T5 or BERT) -> Dense(128, no bias) -> L2-normalized tokens,
+and optionally ALIGNER's unary salience of each token (`xtr.salience`)."""
 from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
+
+from xtr import salience as salience_lib
 
 PAD_ID = 0  # Padding id of every vocabulary xtr uses (T5 and BERT).
 
@@ -16,15 +19,20 @@ class XTREncoder(nn.Module):
       states [B, L, H] (`xtr.t5.T5Encoder` or `xtr.bert.BertEncoder`).
     embed_dim: size D of the token vectors (128 in the paper); None keeps the backbone's hidden
       states (no projection), e.g. to score with a pretrained encoder's raw token vectors.
+    salience: ALIGNER's salience gate; with one, the model has a salience head per role,
+      `query_salience` and `document_salience` (Dense(1) on the token vectors, then ReLU).
   """
   backbone: nn.Module
   embed_dim: int | None = 128
+  salience: salience_lib.Salience | None = None
 
   @nn.compact
-  def __call__(self, input_ids: jnp.ndarray, deterministic: bool = True):
-    """input_ids: [B, L] int32 -> (vectors [B, L, D] float32, mask [B, L] bool).
+  def __call__(self, input_ids: jnp.ndarray, deterministic: bool = True, role: str = "document"):
+    """input_ids: [B, L] int32 -> (vectors [B, L, D] float32, mask [B, L] bool, salience).
 
-    Padding positions (id 0) are masked out and their vectors are zero.
+    Padding positions (id 0) are masked out and their vectors are zero. `salience` is None
+    without a salience gate, else the [B, L] float32 u of eq. 3 by the head of `role` ("query"
+    or "document"), 0 on padding.
     """
     mask = input_ids != PAD_ID
     vectors = self.backbone(input_ids, mask, deterministic=deterministic)
@@ -38,8 +46,20 @@ class XTREncoder(nn.Module):
           name="projection")(vectors)
     vectors = vectors.astype(jnp.float32)
     norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
-    vectors = vectors / jnp.maximum(norm, 1e-6)
-    return vectors * mask[..., None], mask
+    vectors = vectors / jnp.maximum(norm, 1e-6) * mask[..., None]
+    if self.salience is None:
+      return vectors, mask, None
+    heads = {name: nn.Dense(
+        1, kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                    ("token_vector", "salience")),
+        # Every token starts salient (u ≈ 1): training begins from plain sparse alignment.
+        bias_init=nn.with_logical_partitioning(nn.initializers.ones, ("salience",)),
+        name=f"{name}_salience") for name in salience_lib.ROLES}
+    if self.is_initializing():  # Both heads get parameters, whichever role initializes.
+      for head in heads.values():
+        head(vectors)
+    s = nn.relu(heads[role](vectors)[..., 0])
+    return vectors, mask, self.salience.gate(s, mask, role)
 
 
 def pca_projection(model: XTREncoder, backbone_params: Any, token_ids: list[np.ndarray]):

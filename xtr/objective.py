@@ -1,6 +1,6 @@
 """The in-batch training objective on a global batch sharded over the mesh.
 
-Every query is scored (f_xtr, eq. 2, or f_colbert, eq. 1) against every document of the *global*
+Every query is scored (f_xtr, eq. 2, f_colbert, eq. 1, or ALIGNER's sparse alignment) against every document of the *global*
 batch, and the loss is the softmax cross-entropy of its positive. XLA does not partition
 `lax.top_k` along batch dimensions, so jitting `xtr.losses` over sharded arrays would gather the
 whole [B, n, C, m] token score tensor onto every device. Here the split is explicit
@@ -18,6 +18,7 @@ document ids from the data (the MS MARCO triples have none).
 
 Shapes: B queries of n tokens, C = B·K documents of m tokens (K per query: rows b·K … b·K+K-1
 belong to query b and row b·K is its positive), D the token vector size, Ld document token ids.
+Queries and documents come as `Tokens` (vectors, mask, salience or None: `models.XTREncoder`).
 """
 import dataclasses
 import functools
@@ -26,10 +27,13 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec
 
+from xtr import alignment as alignment_lib
 from xtr import losses
 from xtr import partitioning
 
-SCORINGS = ("xtr", "colbert")
+SCORINGS = ("xtr", "colbert", "aligner")
+# (vectors [N, L, D], mask [N, L] bool, salience u [N, L] float32 or None).
+Tokens = tuple[jax.Array, jax.Array, jax.Array | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,61 +41,78 @@ class Objective:
   """What the in-batch loss scores and reports.
 
   Attributes:
-    scoring: "xtr" (f_xtr, top-`k_train` in-batch token retrieval) or "colbert" (f_colbert).
+    scoring: "xtr" (f_xtr, top-`k_train` in-batch token retrieval), "colbert" (f_colbert) or
+      "aligner" (sim of ALIGNER eq. 1 with `alignment`, weighted by the saliences if the
+      model has them).
     k_train: document tokens each query token retrieves among the C·m of the global batch.
     temperature: the softmax runs over scores / temperature.
     token_hit_rate: report `positive_token_hit_rate`, the fraction of valid query tokens whose
       top-k_train holds a token of their positive. Free under "xtr" (its retrieval mask is
-      computed anyway); under "colbert" it costs a top-k_train over the batch.
+      computed anyway); otherwise it costs a top-k_train over the batch.
+    alignment: the pairwise alignment of "aligner".
+    l1: adds l1 × (mean query salience + mean document salience) over valid tokens to the loss
+      (`salience.Salience.l1`).
   """
   scoring: str = "xtr"
   k_train: int = 128
   temperature: float = 1.0
   token_hit_rate: bool = True
+  alignment: alignment_lib.Alignment = alignment_lib.Alignment()
+  l1: float = 0.0
 
   def __post_init__(self):
     if self.scoring not in SCORINGS:
       raise ValueError(f"Unknown scoring {self.scoring!r}: expected one of {SCORINGS}.")
 
 
-def loss_and_metrics(objective: Objective, q: jax.Array, q_mask: jax.Array, d: jax.Array,
-                     d_mask: jax.Array, doc_tokens: jax.Array, mesh: Mesh,
-                     query_chunk: int | None = None):
+def loss_and_metrics(objective: Objective, queries: Tokens, docs: Tokens, doc_tokens: jax.Array,
+                     mesh: Mesh, query_chunk: int | None = None):
   """The mean in-batch cross-entropy over the global batch, and its metrics.
 
   Args:
-    q: [B, n, D] query token vectors; q_mask: [B, n] bool.
-    d: [C, m, D] document token vectors; d_mask: [C, m] bool.
+    queries: (q [B, n, D], q_mask [B, n], u_q [B, n] or None).
+    docs: (d [C, m, D], d_mask [C, m], u_d [C, m] or None).
     doc_tokens: [C, Ld] int token ids of the documents (equal ids: the same document).
     mesh: the (data, model) mesh; B must be divisible by its `data` size S.
     query_chunk: queries per device scored at once; must divide B/S (default B/S: all of them).
 
   Returns:
-    (loss, metrics): scalars; metrics holds loss, accuracy (positive ranked strictly first) and,
-    if `objective.token_hit_rate`, positive_token_hit_rate.
+    (loss, metrics): scalars; metrics holds loss, accuracy (positive ranked strictly first),
+    if `objective.token_hit_rate` positive_token_hit_rate, and with saliences the mean salience
+    of valid query and document tokens (query_salience, document_salience).
   """
   shard = PartitionSpec(partitioning.DATA_AXIS)
   sums = jax.shard_map(
       functools.partial(_shard_sums, objective, query_chunk=query_chunk), mesh=mesh,
-      in_specs=(shard,) * 5, out_specs=PartitionSpec())(q, q_mask, d, d_mask, doc_tokens)
-  num_queries = q.shape[0]
+      in_specs=(shard,) * 3, out_specs=PartitionSpec())(queries, docs, doc_tokens)
+  num_queries = queries[0].shape[0]
   loss = sums["loss"] / num_queries
   metrics = {"loss": loss, "accuracy": sums["accuracy"] / num_queries}
   if objective.token_hit_rate:
     metrics["positive_token_hit_rate"] = sums["token_hits"] / jnp.maximum(sums["query_tokens"], 1)
+  if queries[2] is not None:
+    metrics["query_salience"] = _masked_mean(queries[2], queries[1])
+    metrics["document_salience"] = _masked_mean(docs[2], docs[1])
+  if objective.l1:
+    loss = loss + objective.l1 * (metrics["query_salience"] + metrics["document_salience"])
+    metrics["loss"] = loss
   return loss, metrics
 
 
-def _shard_sums(objective: Objective, q, q_mask, d, d_mask, doc_tokens, query_chunk):
+def _masked_mean(u: jax.Array, mask: jax.Array) -> jax.Array:
+  return jnp.sum(jnp.where(mask, u, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
+
+
+def _shard_sums(objective: Objective, queries: Tokens, docs: Tokens, doc_tokens, query_chunk):
   """One data shard: sums over its b queries [b, ...] of their losses and metrics against the
   documents of the whole batch (its own [b·K, ...] documents gathered from every shard)."""
-  num_queries = q.shape[0]
-  docs_per_query = d.shape[0] // num_queries
+  num_queries = queries[0].shape[0]
+  docs_per_query = docs[0].shape[0] // num_queries
   gather = functools.partial(jax.lax.all_gather, axis_name=partitioning.DATA_AXIS, tiled=True)
-  batch_docs = (gather(d), gather(d_mask), gather(doc_tokens))
+  batch_docs = (jax.tree.map(gather, docs), gather(doc_tokens))
   first_query = jax.lax.axis_index(partitioning.DATA_AXIS) * num_queries
   positive_index = (first_query + jnp.arange(num_queries)) * docs_per_query  # [b], in [0, C)
-  queries = (q, q_mask, positive_index, doc_tokens[::docs_per_query])
+  queries = (queries, positive_index, doc_tokens[::docs_per_query])
   chunk = query_chunk or num_queries
   if num_queries % chunk:
     raise ValueError(f"query_chunk={chunk} does not divide the {num_queries} queries per device.")
@@ -109,23 +130,25 @@ def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Arra
   """Sums over a chunk of queries.
 
   Args:
-    batch_docs: (d [C, m, D], d_mask [C, m], doc_tokens [C, Ld]) of the global batch.
-    queries: (q [c, n, D], q_mask [c, n], positive_index [c], positive_tokens [c, Ld]).
+    batch_docs: ((d [C, m, D], d_mask [C, m], u_d), doc_tokens [C, Ld]) of the global batch.
+    queries: ((q [c, n, D], q_mask [c, n], u_q), positive_index [c], positive_tokens [c, Ld]).
 
   Returns:
     {"loss", "accuracy"} summed over the c queries; with the hit rate, {"token_hits",
     "query_tokens"} summed over their valid tokens.
   """
-  d, d_mask, doc_tokens = batch_docs
-  q, q_mask, positive_index, positive_tokens = queries
+  (d, d_mask, u_d), doc_tokens = batch_docs
+  (q, q_mask, u_q), positive_index, positive_tokens = queries
   token_scores = losses.token_scores(q, d)  # [c, n, C, m]
   retrieved = None
   if objective.scoring == "xtr" or objective.token_hit_rate:
     retrieved = losses.retrieval_mask(token_scores, q_mask, d_mask, objective.k_train)
   if objective.scoring == "xtr":
     scores = losses.f_xtr_from_token_scores(token_scores, retrieved, d_mask)
-  else:
+  elif objective.scoring == "colbert":
     scores = losses.f_colbert_from_token_scores(token_scores, q_mask, d_mask)
+  else:
+    scores = objective.alignment.from_token_scores(token_scores, q_mask, d_mask, u_q, u_d)
   same_document = jnp.all(positive_tokens[:, None, :] == doc_tokens[None], axis=-1)  # [c, C]
   false_negative = same_document & (jnp.arange(d.shape[0]) != positive_index[:, None])
   scores = jnp.where(false_negative, -jnp.inf, scores / objective.temperature)

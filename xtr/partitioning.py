@@ -35,6 +35,7 @@ DEFAULT_RULES = (
     ("position", None),
     ("token_type", None),
     ("token_vector", None),
+    ("salience", None),
 )
 
 

@@ -4,8 +4,13 @@
                      imputation); no gathering stage.
   scoring="colbert": ColBERT's three stages: token retrieval -> gather all token vectors of every
                      candidate from the index -> exact f_ColBERT.
+  scoring="aligner": ALIGNER's two stages: token retrieval -> gather the candidates' token vectors
+                     and saliences -> sparse alignment (`alignment`) weighted by the saliences.
   scoring="exact":   exact f_ColBERT (MaxSim) over the whole corpus: an upper bound for both, for
                      small corpora.
+
+With a model that has salience heads, `prune_query` = β_q retrieves tokens for the ⌈β_q·n⌉ most
+salient query tokens only (ALIGNER §3.2); refinement still scores with every query token.
 """
 import dataclasses
 import sys
@@ -15,11 +20,13 @@ from typing import Sequence
 import numpy as np
 import tqdm
 
+from xtr import alignment as alignment_lib
 from xtr import encoding
+from xtr import salience
 from xtr import scoring as scoring_lib
 from xtr.index import reader
 
-SCORINGS = ("xtr", "colbert", "exact")
+SCORINGS = ("xtr", "colbert", "aligner", "exact")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,20 +36,27 @@ class SearchConfig:
   Attributes:
     top_k: documents returned per query.
     k_prime: document tokens retrieved per query token (k').
-    scoring: "xtr", "colbert" or "exact" (see the module docstring).
+    scoring: "xtr", "colbert", "aligner" or "exact" (see the module docstring).
     impute: f_XTR''s score for query tokens that retrieved nothing of a document:
       "top_k_prime" (the paper's m_i), "zero", a float, or "none".
     searcher: "scann" (the index's ScaNN searcher) or "bruteforce" (exact token retrieval).
+    alignment: the sparse alignment of "aligner" refinement.
+    prune_query: β_q in (0, 1]: only the most salient ⌈β_q·n⌉ query tokens retrieve tokens
+      (None: all of them); needs a model with salience heads.
   """
   top_k: int = 100
   k_prime: int = 1000
   scoring: str = "xtr"
   impute: str | float = "top_k_prime"
   searcher: str = "scann"
+  alignment: alignment_lib.Alignment = alignment_lib.Alignment()
+  prune_query: float | None = None
 
   def __post_init__(self):
     if self.scoring not in SCORINGS:
       raise ValueError(f"scoring must be one of {SCORINGS}, got {self.scoring!r}")
+    if self.prune_query is not None and not 0 < self.prune_query <= 1:
+      raise ValueError(f"prune_query must be in (0, 1], got {self.prune_query}")
 
 
 @dataclasses.dataclass
@@ -64,23 +78,37 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex,
   for i in unknown:
     print(f"Warning: query {i + 1} ({queries[i]!r}) has only tokens that the vocabulary does not "
           "know: its ranking carries no information.", file=sys.stderr, flush=True)
-  q, q_mask = encoder.encode_queries(queries)  # [Q, n, D], [Q, n]
+  check_salience(config, token_index)
+  q, q_mask, u_q = encoder.encode_queries(queries)  # [Q, n, D], [Q, n], [Q, n] | None
   if config.scoring == "exact":
     return dataclasses.replace(_exact(token_index, q, q_mask, config), unknown_only=unknown)
-  _rank_one(token_index, q[0], q_mask[0], config)  # Compiles, so that no latency includes it.
+  u_q = np.ones(q_mask.shape, np.float32) if u_q is None else u_q
+  _rank_one(token_index, q[0], q_mask[0], u_q[0], config)  # Compiles: no latency includes it.
   rankings, latency_ms = [], []
-  for vectors, mask in tqdm.tqdm(zip(q, q_mask), total=len(q), desc="search", unit="query"):
+  for vectors, mask, u in tqdm.tqdm(zip(q, q_mask, u_q), total=len(q), desc="search",
+                                    unit="query"):
     start = time.perf_counter()
-    doc_index, scores = _rank_one(token_index, vectors, mask, config)
+    doc_index, scores = _rank_one(token_index, vectors, mask, u, config)
     latency_ms.append(1000 * (time.perf_counter() - start))
     rankings.append(_named(token_index.doc_ids, doc_index, scores))
   return Results(rankings, np.asarray(latency_ms), unknown)
 
 
-def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+def check_salience(config: SearchConfig, token_index: reader.TokenIndex) -> None:
+  """Refuses salience pruning with an index whose model has no salience heads."""
+  if config.prune_query is not None and not token_index.has_salience:
+    raise ValueError(f"--prune_query={config.prune_query} prunes query tokens by salience, but "
+                     f"the model of the index at {token_index.path} has no salience heads.")
+
+
+def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
               config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
-  """One query (q [n, D], q_mask [n]) -> its top_k (doc_index [top_k], scores [top_k])."""
-  token_scores, token_docs = token_index.search(q[q_mask], config.k_prime, config.searcher)
+  """One query (q [n, D], q_mask [n], saliences u_q [n]) -> its top_k (doc_index [top_k],
+  scores [top_k])."""
+  retrieving = q_mask.copy()
+  if config.prune_query is not None:
+    retrieving[q_mask] = salience.kept(u_q[q_mask], config.prune_query)
+  token_scores, token_docs = token_index.search(q[retrieving], config.k_prime, config.searcher)
   if config.scoring == "xtr":
     # Padded to n rows so that every query compiles to the same shapes.
     n = len(q_mask)
@@ -89,11 +117,17 @@ def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
     padded_scores[:len(token_scores)], padded_docs[:len(token_docs)] = token_scores, token_docs
     doc_ids, scores = scoring_lib.f_xtr_prime(
         padded_scores, padded_docs, np.arange(n) < len(token_scores), config.impute)
-  else:
+  elif config.scoring == "colbert":
     doc_ids = np.unique(token_docs[token_docs >= 0])
     valid_q = q[q_mask]
     scores = scoring_lib.colbert_rerank(valid_q, np.ones(len(valid_q), bool),
                                         token_index.doc_vectors(doc_ids))
+  else:
+    doc_ids = np.unique(token_docs[token_docs >= 0])
+    doc_saliences = token_index.doc_saliences(doc_ids) if token_index.has_salience else None
+    scores = scoring_lib.alignment_rerank(
+        q[q_mask], np.ones(q_mask.sum(), bool), u_q[q_mask] if token_index.has_salience else None,
+        token_index.doc_vectors(doc_ids), doc_saliences, config.alignment)
   top_ids, top_scores = scoring_lib.top_documents(doc_ids, scores, config.top_k)
   return np.asarray(top_ids), np.asarray(top_scores)
 

@@ -9,7 +9,8 @@ candidate if any of its tokens was retrieved, and
 where A_ij = 1 if query token i retrieved token j of D, and m_i is the similarity imputed for
 query tokens that retrieved nothing of D (by default query token i's k'-th retrieval score, an
 upper bound of its true max on D). The T5-ColBERT baseline instead reranks candidates with the
-exact sum-of-max over all their tokens (`colbert_rerank` by `xtr.losses.f_colbert`; `exact_maxsim`).
+exact sum-of-max over all their tokens (`colbert_rerank` by `xtr.losses.f_colbert`; `exact_maxsim`),
+and ALIGNER refines them with its sparse alignment and saliences (`alignment_rerank`).
 """
 import functools
 from typing import Sequence, Tuple, Union
@@ -18,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xtr import alignment as alignment_lib
 from xtr import losses
 
 Impute = Union[str, float]
@@ -164,9 +166,35 @@ def top_documents(doc_ids: jax.Array, scores: jax.Array, k: int) -> Tuple[jax.Ar
 _colbert = jax.jit(losses.f_colbert)
 
 
+@functools.partial(jax.jit, static_argnames="alignment")
+def _aligner(q, q_mask, u_q, d, d_mask, u_d, alignment):
+  return alignment_lib.sparse_alignment_scores(
+      q, q_mask, d, d_mask, pairwise=alignment.pairwise, k=alignment.k, p=alignment.p,
+      u_q=u_q, u_d=u_d, normalize=alignment.normalize, epsilon=alignment.epsilon,
+      num_iters=alignment.num_iters)
+
+
 def _bucket(length: int) -> int:
   """Next power of two >= length (at least 8): few distinct padded shapes, so few compilations."""
   return max(8, 1 << (max(length, 1) - 1).bit_length())
+
+
+def _padded_blocks(doc_vectors: Sequence[np.ndarray], doc_saliences: Sequence[np.ndarray] | None,
+                   docs_per_step: int):
+  """Yields (number of docs, d [docs_per_step, bucket, D], d_mask, u_d or None) over blocks of
+  candidates, each zero-padded to the power-of-two bucket of its longest document."""
+  for start in range(0, len(doc_vectors), docs_per_step):
+    block = doc_vectors[start:start + docs_per_step]
+    length = _bucket(max(len(d) for d in block))
+    d = np.zeros((docs_per_step, length, block[0].shape[-1]), block[0].dtype)
+    d_mask = np.zeros((docs_per_step, length), bool)
+    u_d = None if doc_saliences is None else np.zeros((docs_per_step, length), np.float32)
+    for j, vectors in enumerate(block):
+      d[j, :len(vectors)] = vectors
+      d_mask[j, :len(vectors)] = True
+      if u_d is not None:
+        u_d[j, :len(vectors)] = doc_saliences[start + j]
+    yield len(block), d, d_mask, u_d
 
 
 def colbert_rerank(q: np.ndarray, q_mask: np.ndarray, doc_vectors: Sequence[np.ndarray],
@@ -185,16 +213,29 @@ def colbert_rerank(q: np.ndarray, q_mask: np.ndarray, doc_vectors: Sequence[np.n
   Returns:
     [len(doc_vectors)] float32 scores, in the order of doc_vectors.
   """
-  scores = []
-  for start in range(0, len(doc_vectors), docs_per_step):
-    block = doc_vectors[start:start + docs_per_step]
-    length = _bucket(max(len(d) for d in block))
-    d = np.zeros((docs_per_step, length, q.shape[-1]), block[0].dtype)
-    d_mask = np.zeros((docs_per_step, length), bool)
-    for j, vectors in enumerate(block):
-      d[j, :len(vectors)] = vectors
-      d_mask[j, :len(vectors)] = True
-    scores.append(np.asarray(_colbert(q[None], q_mask[None], d, d_mask))[0, :len(block)])
+  scores = [np.asarray(_colbert(q[None], q_mask[None], d, d_mask))[0, :num]
+            for num, d, d_mask, _ in _padded_blocks(doc_vectors, None, docs_per_step)]
+  return np.concatenate(scores) if scores else np.zeros(0, np.float32)
+
+
+def alignment_rerank(q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray | None,
+                     doc_vectors: Sequence[np.ndarray], doc_saliences: Sequence[np.ndarray] | None,
+                     alignment: alignment_lib.Alignment, docs_per_step: int = 64) -> np.ndarray:
+  """ALIGNER's refinement stage: sim(Q, D) (eq. 1–2) of candidate documents with all their tokens.
+
+  Args:
+    q: [n, D] query token vectors; q_mask: [n] bool; u_q: [n] query saliences (None: 1).
+    doc_vectors: the candidates' token vectors, each [len_j, D], len_j >= 1.
+    doc_saliences: their token saliences, each [len_j] (None: 1).
+    alignment: the pairwise alignment and normalization.
+    docs_per_step: static number of candidates scored per device call.
+
+  Returns:
+    [len(doc_vectors)] float32 scores, in the order of doc_vectors.
+  """
+  u_q = None if u_q is None else u_q[None]
+  scores = [np.asarray(_aligner(q[None], q_mask[None], u_q, d, d_mask, u_d, alignment))[0, :num]
+            for num, d, d_mask, u_d in _padded_blocks(doc_vectors, doc_saliences, docs_per_step)]
   return np.concatenate(scores) if scores else np.zeros(0, np.float32)
 
 

@@ -75,7 +75,7 @@ def analyze(data: evaluation.BeirData, encoder: Any, token_index: reader.TokenIn
   """Retrieves the top-k tokens of every (non-special) query token of `data`; their curves."""
   vocab = encoder.vocabulary
   prefix, suffix = vocabularies.special_tokens(vocab)
-  q, q_mask = encoder.encode_queries(data.queries)
+  q, q_mask, _ = encoder.encode_queries(data.queries)
   q_ids = vocabularies.encode_batch(vocab, data.queries, encoder.query_max_length)
   row_of = {doc_id: i for i, doc_id in enumerate(token_index.doc_ids)}
   doc_index, position, query_token_ids, gold_docs = [], [], [], []

@@ -21,6 +21,7 @@ import optax
 from clu import metric_writers
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from xtr import alignment as alignment_lib
 from xtr import checkpoints
 from xtr import data
 from xtr import grad_cache
@@ -42,10 +43,10 @@ class TrainState:
 
 
 def encoder(model: nn.Module) -> grad_cache.Encode:
-  """`encode(params, token ids [N, L], dropout rng) -> (vectors [N, L, D], mask [N, L])`; a None
-  rng encodes deterministically (no dropout)."""
-  def encode(params, tokens, rng):
-    return model.apply({"params": params}, tokens, deterministic=rng is None,
+  """`encode(params, token ids [N, L], dropout rng, role) -> (vectors [N, L, D], mask [N, L],
+  salience [N, L] or None)`; a None rng encodes deterministically (no dropout)."""
+  def encode(params, tokens, rng, role):
+    return model.apply({"params": params}, tokens, deterministic=rng is None, role=role,
                        rngs=None if rng is None else {"dropout": rng})
   return encode
 
@@ -67,16 +68,16 @@ def loss_and_grads(params: Any, batch: dict[str, jax.Array], model: nn.Module,
   doc_tokens = batch["doc_tokens"].reshape(-1, batch["doc_tokens"].shape[-1])  # [C, Ld]
   query_chunk = None if micro_batch_size is None else (
       micro_batch_size // mesh.shape[partitioning.DATA_AXIS])
-  loss = lambda q, q_mask, d, d_mask: objective_lib.loss_and_metrics(
-      objective, q, q_mask, d, d_mask, doc_tokens, mesh, query_chunk)
+  loss = lambda queries, docs: objective_lib.loss_and_metrics(
+      objective, queries, docs, doc_tokens, mesh, query_chunk)
   if micro_batch_size is not None:
     return grad_cache.value_and_grad(encode, loss, params, batch, micro_batch_size, mesh,
                                      dropout_rngs)
 
   def loss_of_params(params):
     rngs = (None, None) if dropout_rngs is None else dropout_rngs
-    return loss(*encode(params, batch["query_tokens"], rngs[0]),
-                *encode(params, doc_tokens, rngs[1]))
+    return loss(encode(params, batch["query_tokens"], rngs[0], "query"),
+                encode(params, doc_tokens, rngs[1], "document"))
 
   return jax.value_and_grad(loss_of_params, has_aux=True)(params)
 
@@ -176,6 +177,7 @@ def train(model_dir: str = gin.REQUIRED,
           k_train: int = 128,
           temperature: float = 1.0,
           token_hit_rate: bool | None = None,
+          alignment: alignment_lib.Alignment | None = None,
           micro_batch_size: int | None = None,
           seed: int = 0,
           log_every_steps: int = 100,
@@ -191,12 +193,14 @@ def train(model_dir: str = gin.REQUIRED,
       hold (hosts sharing rows read the same input shard).
     task_feature_lengths: max tokens of {"query", "positive", "negative"}.
     scoring: "xtr" trains with f_xtr (top-`k_train` in-batch token retrieval), "colbert" with
-      f_colbert (sum of max, T5-ColBERT).
+      f_colbert (sum of max, T5-ColBERT), "aligner" with ALIGNER's sparse alignment
+      (`alignment`) weighted by the model's saliences if it has a salience gate.
     k_train: in-batch retrieval depth of f_xtr (also used by the hit-rate metric).
     temperature: divides the scores before the softmax. The paper's loss is the plain
       cross-entropy over f scores in [-1, 1] (temperature 1); a smaller one sharpens it.
     token_hit_rate: log `positive_token_hit_rate`; None: only for "xtr", whose retrieval mask
-      gives it for free ("colbert" would need a top-k_train over the batch for it).
+      gives it for free (the others would need a top-k_train over the batch for it).
+    alignment: the pairwise alignment of "aligner" (default: top-1, ALIGNER's).
     micro_batch_size: encode each step's batch in micro-batches of this many queries
       (gradient caching, `xtr.grad_cache`): the same step in the memory of a micro-batch, for
       an extra encoder forward pass. Divides `batch_size`; divisible by the data axis.
@@ -207,8 +211,7 @@ def train(model_dir: str = gin.REQUIRED,
   """
   typecheck.arguments(train, locals())
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
-  objective = objective_lib.Objective(
-      scoring, k_train, temperature, scoring == "xtr" if token_hit_rate is None else token_hit_rate)
+  objective = _objective(model, scoring, k_train, temperature, token_hit_rate, alignment)
   mesh = partitioning.make_mesh()
   num_data_shards = mesh.shape[partitioning.DATA_AXIS]
   if batch_size % num_data_shards:
@@ -245,6 +248,20 @@ def train(model_dir: str = gin.REQUIRED,
                   log_every_steps)
   checkpointer.close()
   return state
+
+
+def _objective(model: nn.Module, scoring: str, k_train: int, temperature: float,
+               token_hit_rate: bool | None,
+               alignment: alignment_lib.Alignment | None) -> objective_lib.Objective:
+  """The training objective of `train`'s arguments; refuses settings that would be ignored."""
+  salience = getattr(model, "salience", None)
+  if scoring != "aligner" and (salience is not None or alignment is not None):
+    raise ValueError(f"trainer.train.scoring={scoring!r} uses neither an alignment nor the "
+                     "model's salience gate; train them with scoring='aligner'.")
+  return objective_lib.Objective(
+      scoring, k_train, temperature,
+      scoring == "xtr" if token_hit_rate is None else token_hit_rate,
+      alignment or alignment_lib.Alignment(), salience.l1 if salience is not None else 0.0)
 
 
 def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,

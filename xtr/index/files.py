@@ -19,6 +19,7 @@ MANIFEST = "manifest.json"
 WRITER = "writer.json"
 DOC_IDS = "doc_ids.jsonl"
 DOC_OFFSETS = "doc_offsets.npy"
+SCANN_TOKENS = "scann_tokens.npy"
 SCANN_DIR = "scann"
 DTYPES = ("float32", "float16")
 SHARD_NAME = re.compile(r"shard-\d{5}-of-(\d{5})")
@@ -34,9 +35,11 @@ def shard_path(root: str, shard: int, num_shards: int) -> str:
 
 
 def chunk_files(index_dir: str, chunk: int) -> dict[str, str]:
-  """{"vectors", "doc_index", "chunk"}: the paths of chunk `chunk`'s three files."""
+  """{"vectors", "doc_index", "salience", "chunk"}: the paths of chunk `chunk`'s files (salience
+  only for a model with salience heads)."""
   return {name: os.path.join(index_dir, "chunks", f"{name}-{chunk:05d}.{ext}")
-          for name, ext in (("vectors", "npy"), ("doc_index", "npy"), ("chunk", "json"))}
+          for name, ext in (("vectors", "npy"), ("doc_index", "npy"), ("salience", "npy"),
+                            ("chunk", "json"))}
 
 
 def atomic_write(path: str, write: Callable[[BinaryIO], None], tmp: str | None = None) -> None:
@@ -89,6 +92,12 @@ def record(path: str) -> dict[str, Any]:
   return {"sha256": sha256(path), "size": os.path.getsize(path)}
 
 
+def scann_bytes(manifest: dict[str, Any]) -> int:
+  """Bytes of the token-retrieval index: the scann/ files (and, pruned, scann_tokens.npy)."""
+  return sum(record["size"] for path, record in manifest["files"].items()
+             if path.startswith(SCANN_DIR + "/") or path == SCANN_TOKENS)
+
+
 def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
   """Memory-maps `path`, checking its shape and dtype against the index's records."""
   if not os.path.exists(path):
@@ -138,8 +147,16 @@ def check_manifest(manifest: Any, path: str) -> None:
   for i, chunk in enumerate(manifest["chunks"]):
     if (not isinstance(chunk, dict) or chunk.get("file") not in manifest["files"]
         or chunk.get("doc_index_file") not in manifest["files"]
+        or chunk.get("salience_file", chunk["file"]) not in manifest["files"]
         or not isinstance(chunk.get("num_tokens"), int)):
       refuse(f"chunks[{i}] needs listed files and an integer num_tokens")
+  prune_doc = manifest.get("prune_doc")
+  if prune_doc is not None and (
+      not isinstance(prune_doc, (int, float)) or isinstance(prune_doc, bool)
+      or not 0 < prune_doc <= 1 or SCANN_TOKENS not in manifest["files"]
+      or not isinstance(manifest.get("num_indexed_tokens"), int)):
+    refuse(f"prune_doc {prune_doc!r} needs a number in (0, 1], a listed {SCANN_TOKENS} and an "
+           "integer num_indexed_tokens")
   if not isinstance(manifest["scann"].get("reorder_k"), int):
     refuse("scann.reorder_k is not an integer")
   for required in (DOC_IDS, DOC_OFFSETS):

@@ -39,8 +39,25 @@ class _Shard:
     self._chunk_vectors = [
         files.load_npy(os.path.join(path, chunk["file"]), (chunk["num_tokens"], self.dim),
                        self.manifest["dtype"]) for chunk in self.manifest["chunks"]]
+    self.has_salience = bool(self.manifest["model"].get("salience"))
+    if self.has_salience != all("salience_file" in c for c in self.manifest["chunks"]):
+      raise files.DamagedIndexError(f"{manifest_path}: the model's salience and the chunks' "
+                                    "salience files disagree; the token index is damaged.")
+    self._chunk_saliences = [
+        files.load_npy(os.path.join(path, chunk["salience_file"]), (chunk["num_tokens"],),
+                       "float32") for chunk in self.manifest["chunks"] if self.has_salience]
     self._unverified_chunks = [c[key] for c in self.manifest["chunks"]
-                               for key in ("file", "doc_index_file")]
+                               for key in ("file", "doc_index_file", "salience_file") if key in c]
+    self.num_indexed_tokens = self.manifest.get("num_indexed_tokens", self.num_tokens)
+    self._scann_tokens = None  # [T_kept] token of each ScaNN row, when the index is pruned.
+    if self.manifest.get("prune_doc") is not None:
+      self._verifier.check([files.SCANN_TOKENS])
+      self._scann_tokens = files.load_npy(os.path.join(path, files.SCANN_TOKENS),
+                                          (self.num_indexed_tokens,), "int64")
+      if np.any(np.diff(self._scann_tokens) <= 0) or not (
+          0 <= self._scann_tokens[0] and self._scann_tokens[-1] < self.num_tokens):
+        raise files.DamagedIndexError(f"{os.path.join(path, files.SCANN_TOKENS)} does not hold "
+                                      "increasing token indices: the token index is damaged.")
     self._scann = None
 
   def _read_doc_ids(self) -> list[str]:
@@ -58,16 +75,26 @@ class _Shard:
       self._unverified_chunks = []
     return self._chunk_vectors
 
+  def _token_range(self, doc: int) -> tuple[int, int, int]:
+    """(chunk, start, end): local doc `doc`'s rows in its chunk."""
+    chunk = doc // self.manifest["docs_per_chunk"]
+    chunk_start = self.doc_offsets[chunk * self.manifest["docs_per_chunk"]]
+    return chunk, self.doc_offsets[doc] - chunk_start, self.doc_offsets[doc + 1] - chunk_start
+
   def verify(self) -> None:
     """Checks the sha256 of every listed file against the manifest (all of them, now)."""
     verify_lib.Verifier(self.path, self.manifest["files"], "full").check(self.manifest["files"])
 
   def doc_vectors(self, doc: int) -> np.ndarray:
     """-> [len, D] float32 token vectors of local doc `doc`."""
-    chunk = doc // self.manifest["docs_per_chunk"]
-    chunk_start = self.doc_offsets[chunk * self.manifest["docs_per_chunk"]]
-    start, end = self.doc_offsets[doc] - chunk_start, self.doc_offsets[doc + 1] - chunk_start
+    chunk, start, end = self._token_range(doc)
     return np.array(self._chunks()[chunk][start:end], dtype=np.float32)
+
+  def doc_saliences(self, doc: int) -> np.ndarray:
+    """-> [len] float32 token saliences of local doc `doc` (an index with salience)."""
+    self._chunks()  # Verifies the salience files with the vectors.
+    chunk, start, end = self._token_range(doc)
+    return np.array(self._chunk_saliences[chunk][start:end])
 
   def locate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Token indices (-1 = none) -> (local doc index, position in that doc), -1 for none."""
@@ -87,12 +114,26 @@ class _Shard:
         queries, final_num_neighbors=k,
         pre_reorder_num_neighbors=max(reorder_k, k) if reorder_k else None)
     missing = np.isnan(scores)  # ScaNN found fewer than k tokens.
-    return (np.where(missing, -np.inf, scores).astype(np.float32),
-            np.where(missing, -1, tokens.astype(np.int64)))
+    tokens = np.where(missing, -1, tokens.astype(np.int64))
+    return np.where(missing, -np.inf, scores).astype(np.float32), self._unpruned(tokens)
 
   def search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none)."""
-    return exact.search(self._chunks(), queries, k)
+    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none);
+    over the tokens ScaNN indexes (all, or those kept by pruning)."""
+    chunks = self._chunks()
+    if self._scann_tokens is None:
+      return exact.search(chunks, queries, k)
+    offsets = np.cumsum([0] + [len(c) for c in chunks])
+    chunk_of = np.searchsorted(offsets, self._scann_tokens, side="right") - 1
+    kept = [chunks[c][self._scann_tokens[chunk_of == c] - offsets[c]] for c in range(len(chunks))]
+    scores, rows = exact.search(kept, queries, k)
+    return scores, self._unpruned(rows)
+
+  def _unpruned(self, rows: np.ndarray) -> np.ndarray:
+    """Rows of the token-retrieval index (-1 = none) -> token indices of the shard."""
+    if self._scann_tokens is None:
+      return rows
+    return np.where(rows >= 0, self._scann_tokens[np.maximum(rows, 0)], -1)
 
 
 def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
@@ -135,6 +176,8 @@ class TokenIndex:
     self.dim = self.manifest["dim"]
     self.num_docs = self.manifest["num_docs"]
     self.num_tokens = self.manifest["num_tokens"]
+    self.num_indexed_tokens = sum(s.num_indexed_tokens for s in shards)
+    self.has_salience = shards[0].has_salience
 
   def verify(self) -> None:
     """Raises DamagedIndexError naming any file whose sha256 differs from the manifest's."""
@@ -143,11 +186,22 @@ class TokenIndex:
 
   def doc_vectors(self, doc_indices: Sequence[int]) -> list[np.ndarray]:
     """All token vectors of the given (global) docs: one [len_i, D] float32 array per doc."""
+    return self._per_doc(_Shard.doc_vectors, doc_indices)
+
+  def doc_saliences(self, doc_indices: Sequence[int]) -> list[np.ndarray]:
+    """The token saliences of the given (global) docs: one [len_i] float32 array per doc."""
+    if not self.has_salience:
+      raise ValueError(f"the index at {self.path} holds no token saliences: its model has no "
+                       "salience heads.")
+    return self._per_doc(_Shard.doc_saliences, doc_indices)
+
+  def _per_doc(self, read, doc_indices: Sequence[int]) -> list[np.ndarray]:
+    """`read(shard, local doc)` of each of the given global docs."""
     doc_indices = np.asarray(doc_indices, dtype=np.int64)
     if np.any((doc_indices < 0) | (doc_indices >= self.num_docs)):
       raise IndexError(f"doc indices out of range [0, {self.num_docs}) of the index at {self.path}")
     shards = np.searchsorted(self._doc_starts, doc_indices, side="right") - 1
-    return [self._shards[s].doc_vectors(int(d) - self._doc_starts[s])
+    return [read(self._shards[s], int(d) - self._doc_starts[s])
             for s, d in zip(shards, doc_indices)]
 
   def search(self, query_vectors: np.ndarray, k_prime: int,
@@ -191,12 +245,12 @@ def _sharded_manifest(shards: Sequence[_Shard]) -> dict[str, Any]:
   The shards must share the model, checkpoint and corpus, and hold consecutive document ranges
   of that corpus that together cover it.
   """
-  common = ("format", "dim", "dtype", "model", "fingerprint")
+  common = ("format", "dim", "dtype", "model", "fingerprint", "prune_doc")
   first = shards[0].manifest
   corpus = {key: first["corpus"].get(key) for key in ("path", "sha256", "total_docs")}
   stop = 0
   for shard in shards:
-    differ = [key for key in common if shard.manifest[key] != first[key]]
+    differ = [key for key in common if shard.manifest.get(key) != first.get(key)]
     if shard.manifest["corpus"].get("sha256") != corpus["sha256"]:
       differ.append("corpus sha256")
     if differ:
@@ -210,7 +264,7 @@ def _sharded_manifest(shards: Sequence[_Shard]) -> dict[str, Any]:
   if stop != corpus["total_docs"]:
     raise ValueError(f"the shards of {os.path.dirname(shards[0].path)} hold {stop} documents of "
                      f"a corpus of {corpus['total_docs']}.")
-  return {**{key: first[key] for key in common}, "corpus": corpus,
+  return {**{key: first.get(key) for key in common}, "corpus": corpus,
           "num_docs": sum(s.num_docs for s in shards),
           "num_tokens": sum(s.num_tokens for s in shards),
           "shards": [os.path.basename(s.path) for s in shards]}

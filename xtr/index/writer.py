@@ -2,7 +2,10 @@
 
 Chunk c holds docs c * docs_per_chunk onwards, in corpus order; token ids are row numbers in the
 concatenation of the chunks. `writer.json` records the settings (model, checkpoint fingerprint,
-corpus sha256 and document range, ...): a resumed export with other settings is refused.
+corpus sha256 and document range, pruning, ...): a resumed export with other settings is refused.
+
+Pruning (ALIGNER §3.2): with `prune_doc` = β_d, ScaNN indexes only the top ⌈β_d·m⌉ tokens of each
+document by salience (`salience.kept`); the chunks keep every token vector, for refinement.
 """
 import fcntl
 import json
@@ -13,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from xtr import salience as salience_lib
 from xtr.index import files
 from xtr.index import scann
 from xtr.index import verify
@@ -63,15 +67,21 @@ class IndexWriter:
 
   def __init__(self, out_dir: str, dim: int, dtype: str, model: dict[str, Any],
                fingerprint: str, docs_per_chunk: int, corpus: dict[str, Any],
-               gin_config: str = ""):
+               gin_config: str = "", prune_doc: float | None = None):
     """
     Args:
-      model: the encoder as data (`xtr.model_spec.describe`, plus the encoder's lengths).
+      model: the encoder as data (`xtr.model_spec.describe`, plus the encoder's lengths); a
+        model with a "salience" gate writes each token's salience.
       corpus: {"path", "sha256", "docs": [first, stop), "total_docs"}: what the directory holds.
       gin_config: the exporting run's gin config, stored for provenance only (never parsed).
+      prune_doc: β_d in (0, 1]: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by salience
+        (None: all tokens).
     """
     if str(np.dtype(dtype)) not in files.DTYPES:
       raise ValueError(f"dtype {dtype} is not one of {files.DTYPES}")
+    if prune_doc is not None and not (model.get("salience") and 0 < prune_doc <= 1):
+      raise ValueError(f"prune_doc={prune_doc} needs a model with salience heads and a value in "
+                       "(0, 1]")
     self.out_dir = out_dir
     os.makedirs(os.path.join(out_dir, "chunks"), exist_ok=True)
     self._lock = _Lock(out_dir)
@@ -83,7 +93,7 @@ class IndexWriter:
     self.settings = json.loads(json.dumps({
         "format": files.FORMAT, "dim": dim, "dtype": str(np.dtype(dtype)), "model": model,
         "fingerprint": fingerprint, "docs_per_chunk": docs_per_chunk, "corpus": corpus,
-        "gin_config": gin_config}))
+        "gin_config": gin_config, "prune_doc": prune_doc}))
     self._check_or_write_settings()
     self._next_chunk = self.completed_chunks()
 
@@ -107,15 +117,20 @@ class IndexWriter:
       chunk += 1
     return chunk
 
-  def write_chunk(self, chunk_id: int, doc_ids: Sequence[str],
-                  vectors: Sequence[np.ndarray]) -> None:
+  def write_chunk(self, chunk_id: int, doc_ids: Sequence[str], vectors: Sequence[np.ndarray],
+                  saliences: Sequence[np.ndarray] | None = None) -> None:
     """Writes the token vectors of docs chunk_id * docs_per_chunk onwards.
 
     Args:
       chunk_id: must be the next chunk (`completed_chunks()` of a fresh or resumed writer).
       doc_ids: corpus ids of the chunk's docs (1 to docs_per_chunk of them).
       vectors: per doc, its token vectors [len_i, D] (len_i may be 0).
+      saliences: per doc, its token saliences [len_i]; exactly when the model has a salience
+        gate.
     """
+    if (saliences is None) == bool(self.settings["model"].get("salience")):
+      raise ValueError(f"chunk {chunk_id}: saliences must be given exactly when the model has "
+                       "salience heads")
     if chunk_id != self._next_chunk:
       raise ValueError(f"chunk {chunk_id} written out of order: the next chunk of "
                        f"{self.out_dir} is {self._next_chunk}")
@@ -136,10 +151,17 @@ class IndexWriter:
     paths = files.chunk_files(self.out_dir, chunk_id)
     files.write_npy(paths["vectors"], tokens)
     files.write_npy(paths["doc_index"], doc_index)
-    files.write_json(paths["chunk"], {
-        "doc_ids": list(doc_ids), "doc_lengths": lengths,
-        "vectors": files.record(paths["vectors"]),
-        "doc_index": files.record(paths["doc_index"])})
+    record = {"doc_ids": list(doc_ids), "doc_lengths": lengths,
+              "vectors": files.record(paths["vectors"]),
+              "doc_index": files.record(paths["doc_index"])}
+    if saliences is not None:
+      if [len(u) for u in saliences] != lengths:
+        raise ValueError(f"chunk {chunk_id}: salience lengths {[len(u) for u in saliences]} "
+                         f"differ from the vectors' {lengths}")
+      files.write_npy(paths["salience"], np.concatenate([np.zeros(0), *saliences],
+                                                        dtype=np.float32))
+      record["salience"] = files.record(paths["salience"])
+    files.write_json(paths["chunk"], record)
     self._next_chunk += 1
 
   def finalize(self, scann_config: scann.ScannConfig | None = None) -> dict[str, Any]:
@@ -169,7 +191,14 @@ class IndexWriter:
         [files.load_npy(os.path.join(self.out_dir, c["file"]),
                         (c["num_tokens"], self.settings["dim"]), self.settings["dtype"])
          for c in chunks], dtype=np.float32)
+    indexed = self._indexed_tokens(chunks, lengths)
+    if indexed is not None:
+      vectors = vectors[indexed]
+      path = os.path.join(self.out_dir, files.SCANN_TOKENS)
+      files.write_npy(path, indexed)
+      listed[files.SCANN_TOKENS] = files.record(path)
     searcher, scann_settings = scann.build(vectors, scann_config)
+    num_indexed = len(vectors)
     del vectors
     listed.update(scann.write(searcher, self.out_dir))
     doc_ids = [doc_id for meta in metas for doc_id in meta["doc_ids"]]
@@ -181,9 +210,23 @@ class IndexWriter:
     listed[files.DOC_IDS] = files.record(doc_ids_path)
     listed[files.DOC_OFFSETS] = files.record(offsets_path)
     manifest = {**self.settings, "num_docs": len(doc_ids), "num_tokens": sum(lengths),
-                "scann": scann_settings, "chunks": chunks, "files": dict(sorted(listed.items()))}
+                "num_indexed_tokens": num_indexed, "scann": scann_settings, "chunks": chunks,
+                "files": dict(sorted(listed.items()))}
     files.write_json(os.path.join(self.out_dir, files.MANIFEST), manifest)
     return manifest
+
+  def _indexed_tokens(self, chunks: list[dict[str, Any]], lengths: list[int]) -> np.ndarray | None:
+    """[T_kept] int64: the tokens ScaNN indexes after pruning (None: all of them)."""
+    beta = self.settings["prune_doc"]
+    if beta is None:
+      return None
+    saliences = np.concatenate([files.load_npy(os.path.join(self.out_dir, c["salience_file"]),
+                                               (c["num_tokens"],), "float32") for c in chunks])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    kept = np.concatenate([np.zeros(0, bool)] + [
+        salience_lib.kept(saliences[start:stop], beta)
+        for start, stop in zip(offsets[:-1], offsets[1:])])
+    return np.flatnonzero(kept).astype(np.int64)
 
   def _checked_chunk(self, chunk: int, meta: dict[str, Any],
                      listed: dict[str, Any]) -> dict[str, Any]:
@@ -193,16 +236,20 @@ class IndexWriter:
     if chunk < self._next_chunk - 1 and len(meta["doc_ids"]) != self.settings["docs_per_chunk"]:
       raise ValueError(f"{paths['chunk']}: {len(meta['doc_ids'])} docs in a chunk that is not the"
                        f" last, expected docs_per_chunk = {self.settings['docs_per_chunk']}")
-    for name in ("vectors", "doc_index"):
+    names = ("vectors", "doc_index", "salience") if "salience" in meta else ("vectors", "doc_index")
+    for name in names:
       if files.record(paths[name]) != meta[name]:
         raise files.DamagedIndexError(
             f"{paths[name]} is damaged: its sha256 or size differs from {paths['chunk']}. "
             + verify.repair_hint(self.out_dir))
       listed[os.path.relpath(paths[name], self.out_dir)] = meta[name]
     listed[os.path.relpath(paths["chunk"], self.out_dir)] = files.record(paths["chunk"])
-    return {"file": os.path.relpath(paths["vectors"], self.out_dir),
-            "doc_index_file": os.path.relpath(paths["doc_index"], self.out_dir),
-            "num_docs": len(meta["doc_ids"]), "num_tokens": sum(meta["doc_lengths"])}
+    entry = {"file": os.path.relpath(paths["vectors"], self.out_dir),
+             "doc_index_file": os.path.relpath(paths["doc_index"], self.out_dir),
+             "num_docs": len(meta["doc_ids"]), "num_tokens": sum(meta["doc_lengths"])}
+    if "salience" in meta:
+      entry["salience_file"] = os.path.relpath(paths["salience"], self.out_dir)
+    return entry
 
 
 def prepare_repair(out_dir: str) -> str:
@@ -222,7 +269,8 @@ def prepare_repair(out_dir: str) -> str:
       damaged.append(relative)
   chunk_records = lambda c: os.path.relpath(files.chunk_files(out_dir, c)["chunk"], out_dir)
   bad_chunks = [c for c, chunk in enumerate(manifest["chunks"])
-                if {chunk["file"], chunk["doc_index_file"], chunk_records(c)} & set(damaged)]
+                if {chunk["file"], chunk["doc_index_file"], chunk.get("salience_file"),
+                    chunk_records(c)} & set(damaged)]
   first_bad = bad_chunks[0] if bad_chunks else len(manifest["chunks"])
   os.remove(os.path.join(out_dir, files.MANIFEST))
   for chunk in range(first_bad, len(manifest["chunks"])):

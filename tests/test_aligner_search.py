@@ -1,0 +1,137 @@
+"""ALIGNER end to end: a checkpoint with salience heads -> an index with saliences, pruned by
+salience (β_d) -> search with query pruning (β_q) and sparse-alignment refinement, each against
+an independent reference (loops over the encoder's own saliences, exact scoring of every
+document)."""
+import math
+
+import gin
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests import retrieval_setup
+from xtr import alignment
+from xtr import cli
+from xtr import encoding
+from xtr import evaluation
+from xtr import indexing
+from xtr import retrieval
+from xtr.index import files
+from xtr.index import reader
+
+SALIENCE = ("models.XTREncoder.salience = @salience.Salience()",
+            "salience.Salience.alpha_d = 0.4", "salience.Salience.epsilon = 0.05")
+
+
+@pytest.fixture(scope="module")
+def aligner_indexes(scifact_slice, tmp_path_factory, t5_spm_path):
+  """(encoder, unpruned index, index pruned to β_d = 0.2) of a random tiny ALIGNER model."""
+  root = tmp_path_factory.mktemp("aligner")
+  retrieval_setup.random_checkpoint(root / "model", 0, t5_spm_path, *SALIENCE,
+                                    *cli.ENCODER_BINDINGS, "Encoder.doc_max_length = 64")
+  encoder = encoding.Encoder(encoding.load_params(str(root / "model")))
+  gin.clear_config()
+  data = _corpus(scifact_slice)
+  record = indexing.corpus_record(data.corpus_path, range(len(data.docs)), len(data.docs))
+  indexes = []
+  for name, prune_doc in (("full", None), ("pruned", 0.2)):
+    indexing.export(encoder, list(data.doc_ids), list(data.docs), str(root / name), "float32",
+                    40, record, prune_doc)
+    indexes.append(reader.open_index(str(root / name), "full"))
+  return encoder, *indexes
+
+
+def _corpus(scifact_slice):
+  return evaluation.load_beir(str(scifact_slice), "test")
+
+
+def test_the_index_stores_the_encoders_saliences(aligner_indexes, scifact_slice):
+  encoder, full, _ = aligner_indexes
+  vectors, saliences = encoder.encode_documents(list(_corpus(scifact_slice).docs))
+  stored = full.doc_saliences(range(full.num_docs))
+  for u, expected, v in zip(stored, saliences, vectors):
+    np.testing.assert_array_equal(u, expected)
+    assert len(u) == len(v)
+  assert full.num_indexed_tokens == full.num_tokens
+
+
+def test_pruned_index_holds_each_documents_most_salient_tokens(aligner_indexes):
+  _, full, pruned = aligner_indexes
+  saliences = full.doc_saliences(range(full.num_docs))
+  expected, start = [], 0
+  for u in saliences:  # loop reference: top ⌈0.2·m⌉ by salience, ties to the earlier token
+    keep = math.ceil(round(0.2 * len(u), 9))
+    expected += sorted(start + j for j in sorted(range(len(u)), key=lambda j: (-u[j], j))[:keep])
+    start += len(u)
+  shard = pruned._shards[0]  # pylint: disable=protected-access
+  np.testing.assert_array_equal(shard._scann_tokens, expected)  # pylint: disable=protected-access
+  assert pruned.num_indexed_tokens == len(expected) <= pruned.num_tokens / 4
+  assert pruned.manifest["prune_doc"] == 0.2
+  # ScaNN's files shrink with the tokens they index (its tree and codes are per token).
+  assert files.scann_bytes(pruned.manifest) < files.scann_bytes(full.manifest) / 3
+  # Exact token retrieval searches the kept tokens only, and finds their exact top-k.
+  queries = np.random.default_rng(0).normal(size=(3, full.dim)).astype(np.float32)
+  scores, docs, positions = pruned.search_tokens(queries, 7, "bruteforce")
+  all_vectors = np.concatenate(full.doc_vectors(range(full.num_docs)))
+  kept = all_vectors[expected]
+  reference = np.sort(queries @ kept.T, axis=1)[:, ::-1][:, :7]
+  np.testing.assert_allclose(scores, reference, rtol=1e-5, atol=1e-6)
+  offsets = np.concatenate([[0], np.cumsum([len(u) for u in saliences])])
+  assert set((offsets[docs] + positions).ravel()) <= set(expected)
+
+
+def test_aligner_refinement_of_every_document_ranks_as_exact_sparse_alignment(
+    aligner_indexes, scifact_slice):
+  """With k' = every indexed token, every document is a candidate: the ranking is the exact
+  sim(Q, D) of eq. 1–2 over the corpus (xtr.alignment, tested against loops), for top-1 and a
+  top-p alignment."""
+  encoder, full, _ = aligner_indexes
+  data = _corpus(scifact_slice)
+  q, q_mask, u_q = encoder.encode_queries(data.queries[:4])
+  docs = full.doc_vectors(range(full.num_docs))
+  saliences = full.doc_saliences(range(full.num_docs))
+  length = max(len(d) for d in docs)
+  d = np.zeros((len(docs), length, full.dim), np.float32)
+  d_mask = np.zeros((len(docs), length), bool)
+  u_d = np.zeros((len(docs), length), np.float32)
+  for i, (v, u) in enumerate(zip(docs, saliences)):
+    d[i, :len(v)], d_mask[i, :len(v)], u_d[i, :len(u)] = v, True, u
+  for strategy in ("top_k:1", "top_p:0.05"):
+    chosen = alignment.Alignment.parse(strategy)
+    config = retrieval.SearchConfig(top_k=10, k_prime=full.num_tokens, scoring="aligner",
+                                    searcher="bruteforce", alignment=chosen)
+    results = retrieval.search(encoder, full, data.queries[:4], config)
+    exact = np.asarray(alignment.sparse_alignment_scores(
+        jnp.asarray(q), jnp.asarray(q_mask), jnp.asarray(d), jnp.asarray(d_mask),
+        pairwise=chosen.pairwise, k=chosen.k, p=chosen.p, u_q=jnp.asarray(u_q),
+        u_d=jnp.asarray(u_d), epsilon=chosen.epsilon))
+    for row, ranking in zip(exact, results.rankings):
+      top = np.argsort(-row, kind="stable")[:10]
+      np.testing.assert_allclose([s for _, s in ranking], row[top], rtol=1e-5, atol=1e-6)
+      assert {doc for doc, _ in ranking[:5]} == {full.doc_ids[i] for i in top[:5]}
+
+
+def test_query_pruning_retrieves_with_the_most_salient_query_tokens(aligner_indexes,
+                                                                     scifact_slice, monkeypatch):
+  encoder, _, pruned = aligner_indexes
+  queries = _corpus(scifact_slice).queries[:3]
+  _, q_mask, u_q = encoder.encode_queries(queries)
+  searched = []
+  search = pruned.search
+  monkeypatch.setattr(pruned, "search", lambda v, k, s: searched.append(v) or search(v, k, s))
+  config = retrieval.SearchConfig(top_k=5, k_prime=20, scoring="aligner", prune_query=0.5)
+  retrieval.search(encoder, pruned, queries, config)
+  q, _, _ = encoder.encode_queries(queries)
+  for vectors, mask, u, rows in zip(q, q_mask, u_q, searched[1:]):  # [0]: the warm-up query
+    keep = math.ceil(round(0.5 * mask.sum(), 9))
+    top = sorted(np.flatnonzero(mask), key=lambda i: (-u[i], i))[:keep]
+    np.testing.assert_array_equal(rows, vectors[sorted(top)])
+
+
+def test_salience_pruning_needs_salience_heads(exported):
+  token_index = reader.open_index(str(exported[1]))
+  with pytest.raises(ValueError, match=r"--prune_query=0.5 prunes query tokens by salience, but "
+                                       r"the model of the index at .* has no salience heads"):
+    retrieval.check_salience(retrieval.SearchConfig(prune_query=0.5), token_index)
+  with pytest.raises(ValueError, match="holds no token saliences"):
+    token_index.doc_saliences([0])
