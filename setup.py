@@ -41,6 +41,7 @@ setuptools.setup(
             "xtr-eval-beir=xtr.eval_beir:console_entry_point",
             "xtr-demo=xtr.demo:console_entry_point",
             "xtr-analyze-tokens=xtr.token_analysis:console_entry_point",
+            "xtr-adapt-alignment=xtr.adapt_alignment:console_entry_point",
         ],
     },
 )

@@ -2,7 +2,13 @@
 salience (β_d) -> search with query pruning (β_q) and sparse-alignment refinement, each against
 an independent reference (loops over the encoder's own saliences, exact scoring of every
 document)."""
+import dataclasses
+import json
 import math
+import os
+import re
+import subprocess
+import sys
 
 import gin
 import jax.numpy as jnp
@@ -135,3 +141,62 @@ def test_salience_pruning_needs_salience_heads(exported):
     retrieval.check_salience(retrieval.SearchConfig(prune_query=0.5), token_index)
   with pytest.raises(ValueError, match="holds no token saliences"):
     token_index.doc_saliences([0])
+
+
+def test_rescoring_retrieved_candidates_equals_a_search_per_alignment(aligner_indexes,
+                                                                      scifact_slice):
+  encoder, _, pruned = aligner_indexes
+  queries = _corpus(scifact_slice).queries[:3]
+  strategies = [alignment.Alignment.parse(s) for s in ("top_k:1", "top_k:4", "top_p:0.02")]
+  config = retrieval.SearchConfig(top_k=10, k_prime=30, scoring="aligner", prune_query=0.5)
+  rescored = retrieval.search_alignments(encoder, pruned, queries, config, strategies)
+  for strategy, rankings in zip(strategies, rescored):
+    searched = retrieval.search(encoder, pruned, queries,
+                                dataclasses.replace(config, alignment=strategy))
+    assert rankings == searched.rankings
+
+
+def _adapt(aligner_indexes, scifact_slice, out, *flags):
+  index = aligner_indexes[1].path
+  command = [sys.executable, "-m", "xtr.adapt_alignment", f"--data_dir={scifact_slice}",
+             f"--index={index}", f"--checkpoint={os.path.dirname(index)}/model",
+             f"--out={out}", "--k_prime=40", *flags]
+  return subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO,
+                        env={**os.environ, "XLA_FLAGS": ""})
+
+
+def test_adapt_alignment_runs_the_few_shot_protocol(aligner_indexes, scifact_slice, tmp_path):
+  """12 labelled queries in folds of 4: three folds; every strategy's score is the one
+  xtr-eval-beir's metrics give for a search with it."""
+  done = _adapt(aligner_indexes, scifact_slice, tmp_path / "adapt.json", "--shots=4",
+                "--strategies=top_k:1,top_k:2,top_p:0.02")
+  assert done.returncode == 0, done.stderr
+  report = json.loads((tmp_path / "adapt.json").read_text())
+  assert len(report["folds"]) == 3 and report["num_queries"] == retrieval_setup.SLICE_QUERIES
+  assert set(report["strategies"]) == {"top_k:1", "top_k:2", "top_p:0.02"}
+  assert report["default"]["strategy"] == "top_k:1"
+  assert report["oracle"]["ndcg@10"] == max(report["strategies"].values())
+  encoder, full, _ = aligner_indexes
+  data = _corpus(scifact_slice)
+  config = retrieval.SearchConfig(k_prime=40, scoring="aligner",
+                                  alignment=alignment.Alignment.parse("top_p:0.02"))
+  results = retrieval.search(encoder, full, data.queries, config)
+  run = {q: dict(r) for q, r in zip(data.query_ids, results.rankings)}
+  assert report["strategies"]["top_p:0.02"] == pytest.approx(
+      evaluation.evaluate(data.qrels, run)["ndcg@10"])
+  assert "adapted nDCG@10" in done.stdout
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--strategies=top_k:1,top_q:3", r"--strategies: alignment 'top_q:3' does not parse"),
+    ("--alignment=top_p:1.5", r"--alignment=top_p:1.5: .*0 < p <= 1"),
+    ("--alignment=top_k:0", r"--alignment=top_k:0: alignment 'top_k:0': top_k alignment needs "
+                            r"k >= 1, got 0\n"),
+    ("--prune_query=0", r"--prune_query=0.0 is not in \(0, 1\]"),
+])
+def test_bad_alignment_flags_are_refused_naming_the_flag(aligner_indexes, scifact_slice, tmp_path,
+                                                         flag, message):
+  done = _adapt(aligner_indexes, scifact_slice, tmp_path / "adapt.json", flag)
+  assert done.returncode != 0
+  assert re.search(message, done.stderr), done.stderr
+  assert not (tmp_path / "adapt.json").exists()

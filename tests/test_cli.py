@@ -213,7 +213,7 @@ def test_negative_relevance_counts_as_non_relevant_as_in_beir():
 
 
 def test_eval_refuses_an_index_that_lacks_judged_documents():
-  eval_beir.check_index_covers_qrels(["d1", "d2"], {"q": {"d1": 1, "d2": 0}}, "index")
+  cli.check_index_covers_qrels(["d1", "d2"], {"q": {"d1": 1, "d2": 0}}, "index")
   with pytest.raises(ValueError, match=r"The index at index lacks 1 judged documents \(e.g. "
                      r"\['d2'\]\): was it exported from this dataset's corpus"):
-    eval_beir.check_index_covers_qrels(["d1"], {"q": {"d1": 1, "d2": 0}}, "index")
+    cli.check_index_covers_qrels(["d1"], {"q": {"d1": 1, "d2": 0}}, "index")

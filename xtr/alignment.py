@@ -198,8 +198,8 @@ class Alignment:
         return cls("top_p", p=float(value), **settings)
       if name in ("top_k", "differentiable") and value.isdigit():
         return cls(name, k=int(value), **settings)
-    except ValueError as e:
-      raise ValueError(f"alignment {text!r}: {e}") from None
+    except ValueError as e:  # gin appends "In call to configurable ..." lines: the first says it.
+      raise ValueError(f"alignment {text!r}: {str(e).splitlines()[0]}") from None
     raise ValueError(f"alignment {text!r} does not parse: expected top_k:K (K >= 1), top_p:P "
                      "(0 < P <= 1) or differentiable:K")
 

@@ -7,7 +7,7 @@ relative to the current directory or to the repository root, so run files
 import os
 import pathlib
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import gin
 from absl import app
@@ -80,6 +80,16 @@ def corpus_matches_index(corpus_path: str, token_index: reader.TokenIndex) -> bo
   return False
 
 
+def check_index_covers_qrels(doc_ids: Sequence[str], qrels: Mapping[str, Mapping[str, int]],
+                             index_path: str) -> None:
+  """Refuses an index that lacks judged documents (e.g. exported from another corpus)."""
+  indexed = set(doc_ids)
+  missing = sorted({d for docs in qrels.values() for d in docs} - indexed)
+  if missing:
+    raise ValueError(f"The index at {index_path} lacks {len(missing)} judged documents (e.g. "
+                     f"{missing[:3]}): was it exported from this dataset's corpus.jsonl?")
+
+
 def quiet_logging() -> None:
   """Orbax and seqio log at INFO on every save and load; --verbosity=0 shows them again."""
   if not flags.FLAGS["verbosity"].present:
@@ -120,29 +130,36 @@ def check_no_arguments(argv: Sequence[str]) -> None:
     raise flags.ValidationError(f"Unexpected arguments: {argv[1:]}")
 
 
-def define_search_flags() -> Callable[[], retrieval.SearchConfig]:
-  """Defines the flags of `retrieval.SearchConfig`; returns a function that reads them."""
+def define_search_flags(scoring_only: str | None = None
+                        ) -> Callable[[], retrieval.SearchConfig]:
+  """Defines the flags of `retrieval.SearchConfig`; returns a function that reads them.
+
+  Args:
+    scoring_only: a tool that scores one way only (e.g. "aligner") gets no --scoring and no
+      --impute flag.
+  """
   defaults = retrieval.SearchConfig()
   top_k = flags.DEFINE_integer("top_k", defaults.top_k, "Documents returned per query.")
   k_prime = flags.DEFINE_integer("k_prime", defaults.k_prime,
                                  "Document tokens retrieved per query token (k').")
-  scoring = flags.DEFINE_enum("scoring", defaults.scoring, retrieval.SCORINGS,
-                              "xtr: f_XTR' from retrieved tokens only; colbert: ColBERT's "
-                              "three stages; aligner: ALIGNER's refinement (--alignment, "
-                              "saliences); exact: MaxSim over the whole corpus.")
+  if scoring_only is None:
+    scoring = flags.DEFINE_enum("scoring", defaults.scoring, retrieval.SCORINGS,
+                                "xtr: f_XTR' from retrieved tokens only; colbert: ColBERT's "
+                                "three stages; aligner: ALIGNER's refinement (--alignment, "
+                                "saliences); exact: MaxSim over the whole corpus.")
+    impute = flags.DEFINE_string("impute", defaults.impute,
+                                 "f_XTR' imputation: top_k_prime, zero, none, or a number.")
   alignment_text = flags.DEFINE_string(
       "alignment", str(defaults.alignment), "The sparse alignment of --scoring=aligner: top_k:K, "
       "top_p:P (P a fraction of the document's length, e.g. 0.015) or differentiable:K.")
   prune_query = flags.DEFINE_float(
       "prune_query", None, "β_q in (0, 1]: only the ⌈β_q·n⌉ most salient query tokens retrieve "
       "tokens (a model with salience heads). Default: all of them.")
-  impute = flags.DEFINE_string("impute", defaults.impute,
-                               "f_XTR' imputation: top_k_prime, zero, none, or a number.")
   searcher = flags.DEFINE_enum("searcher", defaults.searcher, ("scann", "bruteforce"),
                                "Token retrieval: the ScaNN index or exact brute force.")
 
   def read() -> retrieval.SearchConfig:
-    impute_value = impute.value
+    impute_value = defaults.impute if scoring_only else impute.value
     if impute_value not in ("top_k_prime", "zero", "none"):
       try:
         impute_value = float(impute_value)
@@ -156,7 +173,7 @@ def define_search_flags() -> Callable[[], retrieval.SearchConfig]:
       raise flags.ValidationError(f"--alignment={alignment_text.value}: {e}") from None
     if prune_query.value is not None and not 0 < prune_query.value <= 1:
       raise flags.ValidationError(f"--prune_query={prune_query.value} is not in (0, 1].")
-    return retrieval.SearchConfig(top_k.value, k_prime.value, scoring.value, impute_value,
-                                  searcher.value, parsed, prune_query.value)
+    return retrieval.SearchConfig(top_k.value, k_prime.value, scoring_only or scoring.value,
+                                  impute_value, searcher.value, parsed, prune_query.value)
 
   return read

@@ -30,16 +30,6 @@ _SEARCH_CONFIG = cli.define_search_flags()
 _OPEN_FOR_SEARCH = cli.define_index_flags()
 
 
-def check_index_covers_qrels(doc_ids: Sequence[str], qrels: evaluation.Qrels,
-                             index_path: str) -> None:
-  """Refuses an index that lacks judged documents (e.g. exported from another corpus)."""
-  indexed = set(doc_ids)
-  missing = sorted({d for docs in qrels.values() for d in docs} - indexed)
-  if missing:
-    raise ValueError(f"The index at {index_path} lacks {len(missing)} judged documents (e.g. "
-                     f"{missing[:3]}): was it exported from this dataset's corpus.jsonl?")
-
-
 def latency_summary(latency_ms: np.ndarray) -> dict[str, float]:
   return {"mean": float(np.mean(latency_ms)), "p50": float(np.percentile(latency_ms, 50)),
           "p95": float(np.percentile(latency_ms, 95))}
@@ -51,8 +41,10 @@ def evaluate_split(data: evaluation.BeirData, results: retrieval.Results,
   run = {query_id: dict(ranking) for query_id, ranking in zip(data.query_ids, results.rankings)}
   metrics = evaluation.evaluate(data.qrels, run)
   per_query = metrics.pop("per_query")
+  settings = {"alignment": str(config.alignment)} if config.scoring == "aligner" else {}
   return {**metrics, "k_prime": config.k_prime, "scoring": config.scoring,
           "impute": config.impute, "searcher": config.searcher, "top_k": config.top_k,
+          "prune_query": config.prune_query, **settings,
           "latency_ms_per_query": latency_summary(results.latency_ms),
           "unknown_only_queries": {"count": len(results.unknown_only),
                                    "query_ids": [data.query_ids[i] for i in results.unknown_only]},
@@ -67,7 +59,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_output_file("run_file", _RUN_FILE.value)
   data = evaluation.load_beir(_DATA_DIR.value, _SPLIT.value)
   encoder, token_index = _OPEN_FOR_SEARCH(_INDEX.value, _CHECKPOINT.value)
-  check_index_covers_qrels(token_index.doc_ids, data.qrels, _INDEX.value)
+  cli.check_index_covers_qrels(token_index.doc_ids, data.qrels, _INDEX.value)
   if _RUN_FILE.value:
     evaluation.check_trec_ids(data.query_ids, token_index.doc_ids)
   corpus_matches = cli.corpus_matches_index(data.corpus_path, token_index)
@@ -75,7 +67,10 @@ def main(argv: Sequence[str]) -> None:
   report, run = evaluate_split(data, results, config)
   report.update(data_dir=_DATA_DIR.value, split=_SPLIT.value, index=_INDEX.value,
                 checkpoint=_CHECKPOINT.value, fingerprint=encoder.fingerprint,
-                corpus_matches_index=corpus_matches)
+                corpus_matches_index=corpus_matches,
+                prune_doc=token_index.manifest.get("prune_doc"),
+                indexed_tokens=token_index.num_indexed_tokens,
+                scann_bytes=token_index.scann_bytes)
   evaluation.write_json(report, _OUT.value)
   if _RUN_FILE.value:
     evaluation.write_trec_run(run, _RUN_FILE.value, tag=f"xtr-{config.scoring}")

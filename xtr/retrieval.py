@@ -101,14 +101,21 @@ def check_salience(config: SearchConfig, token_index: reader.TokenIndex) -> None
                      f"the model of the index at {token_index.path} has no salience heads.")
 
 
+def _retrieve(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
+              config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
+  """Token retrieval for one query: (scores [n', k'], doc index [n', k']) of its n' retrieving
+  tokens (the valid ones, or with `prune_query` the most salient of them)."""
+  retrieving = q_mask.copy()
+  if config.prune_query is not None:
+    retrieving[q_mask] = salience.kept(u_q[q_mask], config.prune_query)
+  return token_index.search(q[retrieving], config.k_prime, config.searcher)
+
+
 def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
               config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
   """One query (q [n, D], q_mask [n], saliences u_q [n]) -> its top_k (doc_index [top_k],
   scores [top_k])."""
-  retrieving = q_mask.copy()
-  if config.prune_query is not None:
-    retrieving[q_mask] = salience.kept(u_q[q_mask], config.prune_query)
-  token_scores, token_docs = token_index.search(q[retrieving], config.k_prime, config.searcher)
+  token_scores, token_docs = _retrieve(token_index, q, q_mask, u_q, config)
   if config.scoring == "xtr":
     # Padded to n rows so that every query compiles to the same shapes.
     n = len(q_mask)
@@ -117,19 +124,54 @@ def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
     padded_scores[:len(token_scores)], padded_docs[:len(token_docs)] = token_scores, token_docs
     doc_ids, scores = scoring_lib.f_xtr_prime(
         padded_scores, padded_docs, np.arange(n) < len(token_scores), config.impute)
-  elif config.scoring == "colbert":
-    doc_ids = np.unique(token_docs[token_docs >= 0])
-    valid_q = q[q_mask]
-    scores = scoring_lib.colbert_rerank(valid_q, np.ones(len(valid_q), bool),
-                                        token_index.doc_vectors(doc_ids))
   else:
     doc_ids = np.unique(token_docs[token_docs >= 0])
-    doc_saliences = token_index.doc_saliences(doc_ids) if token_index.has_salience else None
-    scores = scoring_lib.alignment_rerank(
-        q[q_mask], np.ones(q_mask.sum(), bool), u_q[q_mask] if token_index.has_salience else None,
-        token_index.doc_vectors(doc_ids), doc_saliences, config.alignment)
+    refine = _refinement(token_index, q, q_mask, u_q, doc_ids)
+    scores = refine(None if config.scoring == "colbert" else config.alignment)
   top_ids, top_scores = scoring_lib.top_documents(doc_ids, scores, config.top_k)
   return np.asarray(top_ids), np.asarray(top_scores)
+
+
+def _refinement(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+                u_q: np.ndarray, doc_ids: np.ndarray):
+  """Gathers the candidates' token vectors (and saliences) once; returns `refine(alignment)`:
+  their scores [len(doc_ids)] by f_ColBERT (alignment None) or ALIGNER's sim with `alignment`."""
+  vectors = token_index.doc_vectors(doc_ids)
+  valid_q, all_valid = q[q_mask], np.ones(q_mask.sum(), bool)
+  saliences = token_index.doc_saliences(doc_ids) if token_index.has_salience else None
+  query_saliences = u_q[q_mask] if token_index.has_salience else None
+
+  def refine(alignment: alignment_lib.Alignment | None) -> np.ndarray:
+    if alignment is None:
+      return scoring_lib.colbert_rerank(valid_q, all_valid, vectors)
+    return scoring_lib.alignment_rerank(valid_q, all_valid, query_saliences, vectors, saliences,
+                                        alignment)
+  return refine
+
+
+def search_alignments(encoder: encoding.Encoder, token_index: reader.TokenIndex,
+                      queries: Sequence[str], config: SearchConfig,
+                      alignments: Sequence[alignment_lib.Alignment]
+                      ) -> list[list[list[tuple[str, float]]]]:
+  """ALIGNER search under several alignments at the cost of one token retrieval: each query's
+  candidates are retrieved and gathered once, then refined with each alignment.
+
+  Returns:
+    rankings[a][i]: query i's top_k (doc id, score) under alignments[a].
+  """
+  check_salience(config, token_index)
+  q, q_mask, u_q = encoder.encode_queries(queries)
+  u_q = np.ones(q_mask.shape, np.float32) if u_q is None else u_q
+  rankings = [[] for _ in alignments]
+  for vectors, mask, u in tqdm.tqdm(zip(q, q_mask, u_q), total=len(q), desc="rescore",
+                                    unit="query"):
+    token_docs = _retrieve(token_index, vectors, mask, u, config)[1]
+    doc_ids = np.unique(token_docs[token_docs >= 0])
+    refine = _refinement(token_index, vectors, mask, u, doc_ids)
+    for ranked, alignment in zip(rankings, alignments):
+      top_ids, top_scores = scoring_lib.top_documents(doc_ids, refine(alignment), config.top_k)
+      ranked.append(_named(token_index.doc_ids, np.asarray(top_ids), np.asarray(top_scores)))
+  return rankings
 
 
 def _exact(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,

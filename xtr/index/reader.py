@@ -177,6 +177,7 @@ class TokenIndex:
     self.num_docs = self.manifest["num_docs"]
     self.num_tokens = self.manifest["num_tokens"]
     self.num_indexed_tokens = sum(s.num_indexed_tokens for s in shards)
+    self.scann_bytes = sum(files.scann_bytes(s.manifest) for s in shards)  # token retrieval
     self.has_salience = shards[0].has_salience
 
   def verify(self) -> None:
