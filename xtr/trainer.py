@@ -1,8 +1,9 @@
-"""A t5x-style trainer for XTR and T5-ColBERT: sharded init, a jitted train step, the loop.
+"""A t5x-style trainer for XTR, T5-ColBERT and ALIGNER: sharded init, a jitted train step, the loop.
 
-Data flows one way: batches of token ids -> token vectors (the model, at once or in
-micro-batches: `grad_cache`) -> in-batch scores (`f_xtr` or `f_colbert` of every query against
-every document of the *global* batch: `objective`) -> cross-entropy. The train step is jitted over
+Data flows one way: batches of token ids -> token vectors and saliences (the model, at once or
+in micro-batches: `grad_cache`) -> in-batch scores (`f_xtr`, `f_colbert` or ALIGNER's sparse
+alignment of every query against every document of the *global* batch: `objective`) ->
+cross-entropy. The train step is jitted over
 global arrays sharded on the `data` mesh axis; each host feeds the rows its devices hold
 (`partitioning.data_layout`).
 """

@@ -8,9 +8,12 @@ One index directory (a sharded export writes one per shard, `files.shard_path(ro
   export.lock                 held (flock) while an export writes; removed when it completes
   chunks/vectors-00000.npy    [T_c, D] float32|float16 token vectors of chunk 0
   chunks/doc_index-00000.npy  [T_c] int32 doc index (within this directory) of each token
-  chunks/chunk-00000.json     doc ids, doc lengths, sha256 and size of the two .npy files of
-                              chunk 0; written after them, so its presence marks the chunk complete
-  scann/                      the serialized ScaNN searcher over all T tokens (relative paths)
+  chunks/salience-00000.npy   [T_c] float32 salience u of each token (a model with salience heads)
+  chunks/chunk-00000.json     doc ids, doc lengths, sha256 and size of the .npy files of chunk 0;
+                              written after them, so its presence marks the chunk complete
+  scann/                      the serialized ScaNN searcher over all T tokens (relative paths), or
+                              over the tokens kept by salience pruning (`prune_doc`)
+  scann_tokens.npy            [T_kept] int64 token of each ScaNN row (pruned indexes only)
   doc_ids.jsonl               one JSON string per line: doc index -> corpus doc id
   doc_offsets.npy             [N + 1] int64: doc i owns token rows offsets[i]:offsets[i + 1]
   manifest.json               written last: its presence means the index is complete; lists
