@@ -14,6 +14,7 @@ Shapes follow `xtr.losses`: B queries of n tokens, C documents of m tokens, D th
 token scores are [B, n, C, m], so every query is aligned with every document of a batch.
 """
 import dataclasses
+import math
 
 import gin
 import jax
@@ -80,12 +81,18 @@ def entropy_topk(s: jax.Array, mask: jax.Array, k: jax.Array | float, epsilon: f
   return jnp.where(mask & (k[..., None] > 0), lam, 0.0)
 
 
-def top_mask(s: jax.Array, mask: jax.Array, k: jax.Array) -> jax.Array:
+def top_mask(s: jax.Array, mask: jax.Array, k: jax.Array, max_k: int) -> jax.Array:
   """[..., m] bool: the k (per row, [...]) highest valid entries of each row of s; ties go to
-  the lower index."""
-  order = jnp.argsort(jnp.where(mask, -s, jnp.inf), axis=-1, stable=True)
-  rank = jnp.argsort(order, axis=-1, stable=True)  # rank of each entry in its row
-  return mask & (rank < k[..., None])
+  the lower index.
+
+  One `lax.top_k` of the static bound max_k >= k (not a sort of every row: ALIGNER's
+  strategies keep a few tokens of a row), spread back over the row by a one-hot sum; memory
+  O(max_k · size of s).
+  """
+  max_k = max(1, min(max_k, s.shape[-1]))
+  values, index = jax.lax.top_k(jnp.where(mask, s, -jnp.inf), max_k)  # lower index first on ties
+  keep = (jnp.arange(max_k) < k[..., None]) & (values > -jnp.inf)
+  return jnp.any(jax.nn.one_hot(index, s.shape[-1], dtype=bool) & keep[..., None], axis=-2)
 
 
 def pairwise_alignment(s: jax.Array, d_mask: jax.Array, pairwise: str = "top_k", k: int = 1,
@@ -108,12 +115,14 @@ def pairwise_alignment(s: jax.Array, d_mask: jax.Array, pairwise: str = "top_k",
   if pairwise == "top_k":
     if k < 1:
       raise ValueError(f"top_k alignment needs k >= 1, got {k}")
-    return top_mask(s, d_mask, jnp.full(lengths.shape, k)).astype(jnp.float32)
+    return top_mask(s, d_mask, jnp.full(lengths.shape, k), k).astype(jnp.float32)
   if pairwise == "top_p":
     if p is None or not 0 < p <= 1:
       raise ValueError(f"top_p alignment needs 0 < p <= 1, got {p}")
-    budget = jnp.maximum(jnp.floor(p * lengths), 1).astype(jnp.int32)
-    return top_mask(s, d_mask, budget).astype(jnp.float32)
+    # ⌊p·m⌋, robust to p·m landing just below an integer in float32 (0.015·200).
+    budget = jnp.maximum(jnp.floor(p * lengths + 1e-4), 1).astype(jnp.int32)
+    max_budget = max(math.floor(p * s.shape[-1] + 1e-4), 1)  # m <= padded m: no budget exceeds it
+    return top_mask(s, d_mask, budget, max_budget).astype(jnp.float32)
   if pairwise == "differentiable":
     if k < 1:
       raise ValueError(f"differentiable alignment needs k >= 1, got {k}")

@@ -83,7 +83,8 @@ class Salience:
     k = budget(alpha, jnp.sum(mask, axis=-1))
     if self.variant == "entropy_lp":
       return alignment.entropy_topk(s, mask, k, self.epsilon, self.num_iters) * s
-    selected = alignment.top_mask(jax.lax.stop_gradient(s), mask, k.astype(jnp.int32))
+    selected = alignment.top_mask(jax.lax.stop_gradient(s), mask, k.astype(jnp.int32),
+                                  s.shape[-1])
     return jnp.where(selected, s, 0.0)
 
 
