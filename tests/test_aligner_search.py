@@ -200,3 +200,21 @@ def test_bad_alignment_flags_are_refused_naming_the_flag(aligner_indexes, scifac
   assert done.returncode != 0
   assert re.search(message, done.stderr), done.stderr
   assert not (tmp_path / "adapt.json").exists()
+
+
+@pytest.mark.parametrize("prune_doc,message", [
+    ("1.5", r"--prune_doc=1.5 is not in \(0, 1\]"),
+    ("0.2", r"--prune_doc=0.2 prunes by salience, but the model of --checkpoint=.* has no "
+            r"salience heads"),
+])
+def test_export_refuses_pruning_it_cannot_do(exported, scifact_slice, t5_spm_path, tmp_path,
+                                             prune_doc, message):
+  command = [sys.executable, "-m", "xtr.export",
+             f"--gin_file={retrieval_setup.REPO}/gin/models/t5_1_1_tiny.gin",
+             f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'", f"--checkpoint={exported[0]}",
+             f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
+             f"--prune_doc={prune_doc}"]
+  done = subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO,
+                        env={**os.environ, "XLA_FLAGS": ""})
+  assert done.returncode != 0 and re.search(message, done.stderr), done.stderr[-2000:]
+  assert not (tmp_path / "index" / "chunks").exists()  # refused before any work

@@ -184,3 +184,15 @@ def test_bad_settings_are_named(kwargs, message):
   q, q_mask, d, d_mask, _, _ = _batch()
   with pytest.raises(ValueError, match=message):
     alignment.sparse_alignment_scores(q, q_mask, d, d_mask, **kwargs)
+
+
+def test_top_mask_breaks_ties_to_the_lower_index_and_skips_padding():
+  rng = np.random.default_rng(7)
+  s = rng.choice([0.0, 0.5, 1.0], size=(6, 9)).astype(np.float32)  # many ties
+  mask = rng.random((6, 9)) < 0.8
+  k = rng.integers(0, 6, size=6)
+  got = np.asarray(alignment.top_mask(jnp.asarray(s), jnp.asarray(mask), jnp.asarray(k), 5))
+  for row in range(6):
+    valid = [j for j in range(9) if mask[row, j]]
+    top = sorted(valid, key=lambda j: (-s[row, j], j))[:k[row]]
+    np.testing.assert_array_equal(got[row], np.isin(np.arange(9), top))
