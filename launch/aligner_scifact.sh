@@ -48,18 +48,21 @@ for spec in "${models[@]}"; do
   $bin/xtr-train "${gin[@]}"
   if [[ $model == entropy_lp ]]; then
     export_index $model index
-    for beta_q in 1 0.5 0.3; do
-      evaluate $model index "top1_q$beta_q" --prune_query=$beta_q
-    done
-    for beta_d in 0.4 0.2 0.1 0.05; do
-      export_index $model "index_d$beta_d" --prune_doc=$beta_d
-      for beta_q in 1 0.5 0.3; do
-        evaluate $model "index_d$beta_d" "top1_d${beta_d}_q$beta_q" --prune_query=$beta_q
-      done
-    done
+    evaluate $model index top1_q1 --prune_query=1
     [[ -f $out/$model/adapt.json ]] || $bin/xtr-adapt-alignment --data_dir=$data --split=test \
       --index=$out/$model/index --checkpoint=$out/$model --k_prime=1000 --shots=8 \
       --out=$out/$model/adapt.json
+    for beta_d in 0.2 0.1 0.4 0.05; do
+      export_index $model "index_d$beta_d" --prune_doc=$beta_d
+      evaluate $model "index_d$beta_d" "top1_d${beta_d}_q1" --prune_query=1
+      evaluate $model "index_d$beta_d" "top1_d${beta_d}_q0.5" --prune_query=0.5
+    done
+    for beta_q in 0.5 0.3; do
+      evaluate $model index "top1_q$beta_q" --prune_query=$beta_q
+      for beta_d in 0.2 0.1 0.4 0.05; do
+        evaluate $model "index_d$beta_d" "top1_d${beta_d}_q$beta_q" --prune_query=$beta_q
+      done
+    done
   else
     export_index $model index_d0.2 --prune_doc=0.2
     evaluate $model index_d0.2 "top1_d0.2_q1"
