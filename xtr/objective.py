@@ -1,15 +1,15 @@
 """The in-batch training objective on a global batch sharded over the mesh.
 
-Every query is scored (f_xtr, eq. 2, f_colbert, eq. 1, or ALIGNER's sparse alignment) against every document of the *global*
-batch, and the loss is the softmax cross-entropy of its positive. XLA does not partition
-`lax.top_k` along batch dimensions, so jitting `xtr.losses` over sharded arrays would gather the
-whole [B, n, C, m] token score tensor onto every device. Here the split is explicit
-(`jax.shard_map` over the `data` axis): each device keeps its B/S queries (S data shards),
-gathers the document token vectors of the batch once (C·m·D values) and scores its queries
-against all of them. Token retrieval is per query token, so each device's top-k_train is exactly
-the global one; the per-query sums are then added up over the mesh. Per-device memory is
-O(B/S · n · C · m), or O(chunk · n · C · m) with `query_chunk` (the chunks are recomputed in the
-backward pass instead of being stored).
+Every query is scored (f_xtr, eq. 2, f_colbert, eq. 1, or ALIGNER's sparse alignment) against every
+document of the *global* batch, and the loss is the softmax cross-entropy of its positive. XLA does
+not partition `lax.top_k` along batch dimensions, so jitting `xtr.losses` over sharded arrays would
+gather the whole [B, n, C, m] token score tensor onto every device. Here the split is explicit
+(`jax.shard_map` over the `data` axis): each device keeps its B/S queries (S data shards), gathers
+the document token vectors of the batch once (C·m·D values) and scores its queries against all of
+them. Token retrieval is per query token, so each device's top-k_train is exactly the global one;
+the per-query sums are then added up over the mesh. Per-device memory is O(B/S · n · C · m), or
+O(chunk · n · C · m) with `query_chunk` (the chunks are recomputed in the backward pass instead of
+being stored).
 
 False negatives: a document whose token ids equal a query's positive (the same document, drawn
 again as another query's positive or negative) is not a negative of that query; its score is
