@@ -78,11 +78,9 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex,
   for i in unknown:
     print(f"Warning: query {i + 1} ({queries[i]!r}) has only tokens that the vocabulary does not "
           "know: its ranking carries no information.", file=sys.stderr, flush=True)
-  check_salience(config, token_index)
-  q, q_mask, u_q = encoder.encode_queries(queries)  # [Q, n, D], [Q, n], [Q, n] | None
+  q, q_mask, u_q = _encode_queries(encoder, token_index, queries, config)
   if config.scoring == "exact":
     return dataclasses.replace(_exact(token_index, q, q_mask, config), unknown_only=unknown)
-  u_q = np.ones(q_mask.shape, np.float32) if u_q is None else u_q
   _rank_one(token_index, q[0], q_mask[0], u_q[0], config)  # Compiles: no latency includes it.
   rankings, latency_ms = [], []
   for vectors, mask, u in tqdm.tqdm(zip(q, q_mask, u_q), total=len(q), desc="search",
@@ -92,6 +90,16 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex,
     latency_ms.append(1000 * (time.perf_counter() - start))
     rankings.append(_named(token_index.doc_ids, doc_index, scores))
   return Results(rankings, np.asarray(latency_ms), unknown)
+
+
+def _encode_queries(encoder: encoding.Encoder, token_index: reader.TokenIndex,
+                    queries: Sequence[str], config: SearchConfig
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Checks the pruning settings, then (q [Q, n, D], q_mask [Q, n], u_q [Q, n]); u_q is 1
+  where the model has no salience heads."""
+  check_salience(config, token_index)
+  q, q_mask, u_q = encoder.encode_queries(queries)
+  return q, q_mask, np.ones(q_mask.shape, np.float32) if u_q is None else u_q
 
 
 def check_salience(config: SearchConfig, token_index: reader.TokenIndex) -> None:
@@ -159,9 +167,7 @@ def search_alignments(encoder: encoding.Encoder, token_index: reader.TokenIndex,
   Returns:
     rankings[a][i]: query i's top_k (doc id, score) under alignments[a].
   """
-  check_salience(config, token_index)
-  q, q_mask, u_q = encoder.encode_queries(queries)
-  u_q = np.ones(q_mask.shape, np.float32) if u_q is None else u_q
+  q, q_mask, u_q = _encode_queries(encoder, token_index, queries, config)
   rankings = [[] for _ in alignments]
   for vectors, mask, u in tqdm.tqdm(zip(q, q_mask, u_q), total=len(q), desc="rescore",
                                     unit="query"):

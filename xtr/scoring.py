@@ -168,10 +168,7 @@ _colbert = jax.jit(losses.f_colbert)
 
 @functools.partial(jax.jit, static_argnames="alignment")
 def _aligner(q, q_mask, u_q, d, d_mask, u_d, alignment):
-  return alignment_lib.sparse_alignment_scores(
-      q, q_mask, d, d_mask, pairwise=alignment.pairwise, k=alignment.k, p=alignment.p,
-      u_q=u_q, u_d=u_d, normalize=alignment.normalize, epsilon=alignment.epsilon,
-      num_iters=alignment.num_iters)
+  return alignment.from_token_scores(losses.token_scores(q, d), q_mask, d_mask, u_q, u_d)
 
 
 def _bucket(length: int) -> int:
