@@ -42,6 +42,7 @@ setuptools.setup(
             "xtr-demo=xtr.demo:console_entry_point",
             "xtr-analyze-tokens=xtr.token_analysis:console_entry_point",
             "xtr-adapt-alignment=xtr.adapt_alignment:console_entry_point",
+            "xtr-show-alignment=xtr.show_alignment:console_entry_point",
         ],
     },
 )

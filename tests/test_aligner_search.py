@@ -218,3 +218,78 @@ def test_export_refuses_pruning_it_cannot_do(exported, scifact_slice, t5_spm_pat
                         env={**os.environ, "XLA_FLAGS": ""})
   assert done.returncode != 0 and re.search(message, done.stderr), done.stderr[-2000:]
   assert not (tmp_path / "index" / "chunks").exists()  # refused before any work
+
+
+def _reprune(source, out, *flags):
+  command = [sys.executable, "-m", "xtr.export", f"--from_index={source}", f"--out={out}",
+             *flags]
+  return subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO,
+                        env={**os.environ, "XLA_FLAGS": ""})
+
+
+def test_repruning_an_index_equals_exporting_it_pruned(aligner_indexes, tmp_path):
+  """--from_index: the unpruned index's chunks with ScaNN over β_d = 0.2 are, file for file, the
+  index that an export pruned to 0.2 wrote (ScaNN builds are deterministic)."""
+  _, full, pruned = aligner_indexes
+  done = _reprune(full.path, tmp_path / "re", "--prune_doc=0.2")
+  assert done.returncode == 0, done.stderr
+  repruned = reader.open_index(str(tmp_path / "re"), "full")
+  assert repruned.manifest["files"] == pruned.manifest["files"]
+  assert repruned.manifest["prune_doc"] == 0.2
+  chunk = repruned.manifest["chunks"][0]["file"]
+  assert os.path.samefile(tmp_path / "re" / chunk, os.path.join(full.path, chunk))  # linked
+
+
+def test_repruning_detects_a_damaged_source_before_building(aligner_indexes, tmp_path):
+  _, full, _ = aligner_indexes
+  source = tmp_path / "source"
+  subprocess.run(["cp", "-r", full.path, str(source)], check=True)
+  vectors = source / full.manifest["chunks"][1]["file"]
+  data = bytearray(vectors.read_bytes())
+  data[-3] ^= 0xFF
+  vectors.write_bytes(bytes(data))
+  done = _reprune(source, tmp_path / "re", "--prune_doc=0.2")
+  assert done.returncode != 0
+  assert re.search(r"chunks/vectors-00001.npy is damaged", done.stderr), done.stderr[-2000:]
+  assert not (tmp_path / "re" / files.MANIFEST).exists()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (("--prune_doc=0.2",), r"--prune_doc=0.2 prunes by salience, but the model of "
+                           r"--from_index=.* has no salience heads"),
+    (("--prune_doc=0.2", "--checkpoint=x"), r"--from_index .* takes no --checkpoint"),
+])
+def test_repruning_refuses_what_it_cannot_do(exported, tmp_path, flags, message):
+  done = _reprune(exported[1], tmp_path / "re", *flags)
+  assert done.returncode != 0 and re.search(message, done.stderr), done.stderr[-2000:]
+  assert not (tmp_path / "re").exists()
+
+
+def test_show_alignment_renders_the_salient_tokens_and_their_alignments(aligner_indexes,
+                                                                        scifact_slice, tmp_path):
+  encoder, full, _ = aligner_indexes
+  data = _corpus(scifact_slice)
+  query_id = data.query_ids[0]
+  doc_id = next(d for d, grade in data.qrels[query_id].items() if grade > 0)
+  out = tmp_path / "example.html"
+  command = [sys.executable, "-m", "xtr.show_alignment", f"--data_dir={scifact_slice}",
+             f"--index={full.path}", f"--checkpoint={os.path.dirname(full.path)}/model",
+             f"--query_id={query_id}", f"--out={out}", "--num_aligned=2", "--beta_d=0.25"]
+  done = subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO,
+                        env={**os.environ, "XLA_FLAGS": ""})
+  assert done.returncode == 0, done.stderr[-2000:]
+  page = out.read_text()
+  q, q_mask, u_q = (a[0] for a in encoder.encode_queries([data.queries[0]]))
+  doc = full.doc_ids.index(doc_id)
+  d, u_d = full.doc_vectors([doc])[0], full.doc_saliences([doc])[0]
+  n, m = q_mask.sum(), len(d)
+  assert page.count("background:") == math.ceil(0.5 * n) + math.ceil(round(0.25 * m, 9))
+  s = q[q_mask] @ d.T
+  for number, i in enumerate(sorted(range(n), key=lambda i: (-u_q[q_mask][i], i))[:2], start=1):
+    j = int(np.argmax(s[i]))
+    assert (f"<td>{number}</td>" in page and f"<td>{j}</td>" in page
+            and f"<td>{s[i, j]:.3f}</td><td>{u_d[j]:.3f}</td>" in page)
+  assert page.count("<sup") == 4
+  done = subprocess.run(command[:-3] + [f"--out={tmp_path / 'x.txt'}"], capture_output=True,
+                        text=True, cwd=retrieval_setup.REPO, env={**os.environ, "XLA_FLAGS": ""})
+  assert done.returncode != 0 and "--out=" in done.stderr and ".html or .md" in done.stderr

@@ -39,10 +39,11 @@ def _run(module: str, *args: str, stdin: str = "") -> subprocess.CompletedProces
 
 @pytest.mark.parametrize("module, own_flags", [
     ("xtr.train", ["--multihost", "--process_id", "--gin_file"]),
-    ("xtr.export", ["--corpus", "--repair", "--docs_per_chunk", "--prune_doc"]),
+    ("xtr.export", ["--corpus", "--repair", "--docs_per_chunk", "--prune_doc", "--from_index"]),
     ("xtr.search", ["--queries", "--format", "--k_prime", "--verify", "--vocabulary",
                     "--alignment", "--prune_query"]),
     ("xtr.adapt_alignment", ["--shots", "--strategies", "--alignment", "--k_prime"]),
+    ("xtr.show_alignment", ["--query_id", "--doc_id", "--beta_q", "--num_aligned", "--verify"]),
     ("xtr.eval_beir", ["--data_dir", "--run_file", "--impute", "--verify"]),
     ("xtr.token_analysis", ["--compare", "--plot", "--verify"]),
     ("xtr.demo", ["--gin_file", "--gin_bindings"]),

@@ -13,7 +13,10 @@ command with --repair. Two exports into one directory at once are refused (expor
 
 ALIGNER (a checkpoint with salience heads): --prune_doc=0.2 puts only the top 20 % of each
 document's tokens by salience into ScaNN (the token-retrieval index); every token vector is still
-stored, for the refinement stage of `xtr-search --scoring=aligner`.
+stored, for the refinement stage of `xtr-search --scoring=aligner`. Another pruning of a complete
+index needs no re-encoding: --from_index=INDEX_DIR --prune_doc=0.1 --out=NEW_DIR links INDEX_DIR's
+chunks into NEW_DIR and builds only ScaNN (no --checkpoint or --corpus; with --num_shards, once
+per --shard_id as above).
 """
 import os
 from typing import Sequence
@@ -41,6 +44,9 @@ _SHARD_ID = flags.DEFINE_integer("shard_id", 0, "The shard this process exports.
 _PRUNE_DOC = flags.DEFINE_float(
     "prune_doc", None, "β_d in (0, 1]: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by "
     "salience (ALIGNER; needs a checkpoint with salience heads). Default: every token.")
+_FROM_INDEX = flags.DEFINE_string(
+    "from_index", None, "A complete index of the same model and corpus: reuse its token vectors "
+    "(linked, not re-encoded) and build ScaNN with --prune_doc.")
 _REPAIR = flags.DEFINE_bool("repair", False,
                             "Verify a complete index in full and redo what is damaged: "
                             "re-encode from the first damaged chunk, rebuild ScaNN.")
@@ -49,7 +55,6 @@ _REPAIR = flags.DEFINE_bool("repair", False,
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   cli.quiet_logging()
-  cli.parse_gin(extra_bindings=cli.ENCODER_BINDINGS)
   out_dir = _OUT.value
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise app.UsageError(f"--out={out_dir} is a file, not an index directory.")
@@ -63,6 +68,40 @@ def main(argv: Sequence[str]) -> None:
   prune_doc = _PRUNE_DOC.value
   if prune_doc is not None and not 0 < prune_doc <= 1:
     raise app.UsageError(f"--prune_doc={prune_doc} is not in (0, 1].")
+  if _FROM_INDEX.value:
+    manifest = _reprune(out_dir, prune_doc)
+  else:
+    manifest = _export(out_dir, prune_doc, complete)
+  print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
+        f"of dim {manifest['dim']} ({manifest['dtype']}), {manifest['num_indexed_tokens']} of "
+        f"them in ScaNN ({files.scann_bytes(manifest):,} bytes).")
+
+
+def _reprune(out_dir: str, prune_doc: float | None) -> dict:
+  """--from_index: the manifest of out_dir, the source's chunks with ScaNN over `prune_doc`."""
+  if _CHECKPOINT.value or _CORPUS.value or _REPAIR.value:
+    raise app.UsageError("--from_index reuses an index's token vectors: it takes no "
+                         "--checkpoint, --corpus or --repair.")
+  source = _FROM_INDEX.value
+  if _NUM_SHARDS.value > 1:
+    source = files.shard_path(source, _SHARD_ID.value, _NUM_SHARDS.value)
+  if not os.path.exists(os.path.join(source, files.MANIFEST)):
+    raise app.UsageError(f"--from_index={source} is not a complete index (no "
+                         f"{files.MANIFEST}).")
+  model = files.read_json(os.path.join(source, files.MANIFEST)).get("model")
+  if prune_doc is not None and not (isinstance(model, dict) and model.get("salience")):
+    raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
+                         f"--from_index={source} has no salience heads.")
+  print(f"Linking the chunks of {source} into {out_dir}; building its ScaNN index.", flush=True)
+  return writer.reprune(source, out_dir, prune_doc)
+
+
+def _export(out_dir: str, prune_doc: float | None, complete: bool) -> dict:
+  """The manifest of out_dir, encoded from --corpus with --checkpoint (resuming, repairing)."""
+  for flag in (_CHECKPOINT, _CORPUS):
+    if not flag.value:
+      raise app.UsageError(f"--{flag.name} is required (or --from_index).")
+  cli.parse_gin(extra_bindings=cli.ENCODER_BINDINGS)
   corpus = beir_files.read_jsonl(_CORPUS.value, beir_files.document_text)
   docs = indexing.shard_range(len(corpus), _SHARD_ID.value, _NUM_SHARDS.value)
   if not len(docs):
@@ -78,15 +117,12 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
                          f"--checkpoint={_CHECKPOINT.value} has no salience heads (gin: "
                          "models.XTREncoder.salience).")
-  manifest = indexing.export(encoder, doc_ids, texts, out_dir, _DTYPE.value, _DOCS_PER_CHUNK.value,
-                             record, prune_doc)
-  print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
-        f"of dim {manifest['dim']} ({manifest['dtype']}), {manifest['num_indexed_tokens']} of "
-        f"them in ScaNN ({files.scann_bytes(manifest):,} bytes).")
+  return indexing.export(encoder, doc_ids, texts, out_dir, _DTYPE.value, _DOCS_PER_CHUNK.value,
+                         record, prune_doc)
 
 
 def console_entry_point() -> None:
-  cli.run(main, __name__, required=["checkpoint", "corpus", "out"])
+  cli.run(main, __name__, required=["out"])
 
 
 if __name__ == "__main__":

@@ -111,6 +111,10 @@ class BertVocabulary(seqio.Vocabulary):
       raise ValueError(f"{self._path}: id {self.pad_id} must be [PAD], not {tokens[0]!r}.")
     return tokens
 
+  def piece(self, token_id: int) -> str:
+    """The vocabulary's string of `token_id` ("the", "##ing", "[CLS]")."""
+    return self._tokens[token_id]
+
   @functools.cached_property
   def _ids(self) -> dict[str, int]:
     return {token: i for i, token in enumerate(self._tokens)}
@@ -212,6 +216,16 @@ def encode_batch(vocab: seqio.Vocabulary, texts: Sequence[str], max_length: int)
   """texts -> [N, max_length] int32 ids of `tokenize_tf`, padded with 0."""
   ids = tokenize_tf(vocab, tf.constant(list(texts), tf.string, [len(texts)]), max_length)
   return ids.to_tensor(0, shape=[len(texts), max_length]).numpy()
+
+
+def pieces(vocab: seqio.Vocabulary, ids: Sequence[int]) -> list[str]:
+  """The vocabulary's string of each id: WordPiece tokens ("##ing") or SentencePiece pieces
+  ("▁the", "</s>")."""
+  if isinstance(vocab, BertVocabulary):
+    return [vocab.piece(int(i)) for i in ids]
+  if isinstance(vocab, seqio.SentencePieceVocabulary):
+    return [vocab.tokenizer.id_to_piece(int(i)) for i in ids]
+  raise TypeError(f"Unsupported vocabulary {vocab!r}.")
 
 
 def unknown_only(vocab: seqio.Vocabulary, ids: np.ndarray) -> np.ndarray:

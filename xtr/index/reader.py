@@ -75,26 +75,38 @@ class _Shard:
       self._unverified_chunks = []
     return self._chunk_vectors
 
-  def _token_range(self, doc: int) -> tuple[int, int, int]:
-    """(chunk, start, end): local doc `doc`'s rows in its chunk."""
-    chunk = doc // self.manifest["docs_per_chunk"]
-    chunk_start = self.doc_offsets[chunk * self.manifest["docs_per_chunk"]]
-    return chunk, self.doc_offsets[doc] - chunk_start, self.doc_offsets[doc + 1] - chunk_start
-
   def verify(self) -> None:
     """Checks the sha256 of every listed file against the manifest (all of them, now)."""
     verify_lib.Verifier(self.path, self.manifest["files"], "full").check(self.manifest["files"])
 
-  def doc_vectors(self, doc: int) -> np.ndarray:
-    """-> [len, D] float32 token vectors of local doc `doc`."""
-    chunk, start, end = self._token_range(doc)
-    return np.array(self._chunks()[chunk][start:end], dtype=np.float32)
+  def doc_vectors(self, docs: np.ndarray) -> list[np.ndarray]:
+    """Local docs [k] -> their token vectors, one [len_i, D] float32 array each."""
+    return self._gather(self._chunks(), docs, np.float32)
 
-  def doc_saliences(self, doc: int) -> np.ndarray:
-    """-> [len] float32 token saliences of local doc `doc` (an index with salience)."""
+  def doc_saliences(self, docs: np.ndarray) -> list[np.ndarray]:
+    """Local docs [k] -> their token saliences, one [len_i] float32 array each (an index with
+    salience)."""
     self._chunks()  # Verifies the salience files with the vectors.
-    chunk, start, end = self._token_range(doc)
-    return np.array(self._chunk_saliences[chunk][start:end])
+    return self._gather(self._chunk_saliences, docs, np.float32)
+
+  def _gather(self, per_chunk: Sequence[np.ndarray], docs: np.ndarray,
+              dtype: type) -> list[np.ndarray]:
+    """The rows of local docs `docs` [k] in per-chunk arrays, one array per doc in docs' order:
+    one fancy-indexed read per chunk, not one per doc."""
+    docs_per_chunk = self.manifest["docs_per_chunk"]
+    chunk_of = docs // docs_per_chunk
+    out = [None] * len(docs)
+    for chunk in np.unique(chunk_of):
+      where = np.flatnonzero(chunk_of == chunk)
+      first_row = self.doc_offsets[chunk * docs_per_chunk]
+      starts = self.doc_offsets[docs[where]] - first_row
+      lengths = self.doc_offsets[docs[where] + 1] - first_row - starts
+      ends = np.cumsum(lengths)
+      rows = np.repeat(starts - (ends - lengths), lengths) + np.arange(ends[-1] if len(ends) else 0)
+      block = np.asarray(per_chunk[chunk][rows], dtype)
+      for i, part in zip(where, np.split(block, ends[:-1])):
+        out[i] = part
+    return out
 
   def locate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Token indices (-1 = none) -> (local doc index, position in that doc), -1 for none."""
@@ -197,13 +209,18 @@ class TokenIndex:
     return self._per_doc(_Shard.doc_saliences, doc_indices)
 
   def _per_doc(self, read, doc_indices: Sequence[int]) -> list[np.ndarray]:
-    """`read(shard, local doc)` of each of the given global docs."""
+    """`read(shard, local docs)` of the given global docs, one array per doc in their order."""
     doc_indices = np.asarray(doc_indices, dtype=np.int64)
     if np.any((doc_indices < 0) | (doc_indices >= self.num_docs)):
       raise IndexError(f"doc indices out of range [0, {self.num_docs}) of the index at {self.path}")
     shards = np.searchsorted(self._doc_starts, doc_indices, side="right") - 1
-    return [read(self._shards[s], int(d) - self._doc_starts[s])
-            for s, d in zip(shards, doc_indices)]
+    out = [None] * len(doc_indices)
+    for shard in np.unique(shards):
+      where = np.flatnonzero(shards == shard)
+      for i, array in zip(where, read(self._shards[shard],
+                                      doc_indices[where] - self._doc_starts[shard])):
+        out[i] = array
+    return out
 
   def search(self, query_vectors: np.ndarray, k_prime: int,
              searcher: str = "scann") -> tuple[np.ndarray, np.ndarray]:

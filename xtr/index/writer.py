@@ -6,10 +6,12 @@ corpus sha256 and document range, pruning, ...): a resumed export with other set
 
 Pruning (ALIGNER §3.2): with `prune_doc` = β_d, ScaNN indexes only the top ⌈β_d·m⌉ tokens of each
 document by salience (`salience.kept`); the chunks keep every token vector, for refinement.
+`reprune` writes another pruning of a complete index without re-encoding: it links the chunks.
 """
 import fcntl
 import json
 import os
+import shutil
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -131,9 +133,7 @@ class IndexWriter:
     if (saliences is None) == bool(self.settings["model"].get("salience")):
       raise ValueError(f"chunk {chunk_id}: saliences must be given exactly when the model has "
                        "salience heads")
-    if chunk_id != self._next_chunk:
-      raise ValueError(f"chunk {chunk_id} written out of order: the next chunk of "
-                       f"{self.out_dir} is {self._next_chunk}")
+    self._check_next(chunk_id)
     if not 0 < len(doc_ids) <= self.settings["docs_per_chunk"] or len(vectors) != len(doc_ids):
       raise ValueError(f"chunk {chunk_id}: got {len(doc_ids)} doc ids and {len(vectors)} vector "
                        f"arrays, expected 1 to {self.settings['docs_per_chunk']} of each")
@@ -162,6 +162,23 @@ class IndexWriter:
                                                         dtype=np.float32))
       record["salience"] = files.record(paths["salience"])
     files.write_json(paths["chunk"], record)
+    self._next_chunk += 1
+
+  def _check_next(self, chunk_id: int) -> None:
+    if chunk_id != self._next_chunk:
+      raise ValueError(f"chunk {chunk_id} written out of order: the next chunk of "
+                       f"{self.out_dir} is {self._next_chunk}")
+
+  def link_chunk(self, chunk_id: int, source_dir: str) -> None:
+    """Writes chunk `chunk_id` as hard links to (or copies of) the files of chunk `chunk_id` of
+    the index at `source_dir`, written with the same settings but pruning; `finalize` verifies
+    them."""
+    self._check_next(chunk_id)
+    sources = files.chunk_files(source_dir, chunk_id)
+    # The chunk record comes last: its presence marks the chunk complete.
+    for name, dst in files.chunk_files(self.out_dir, chunk_id).items():
+      if os.path.exists(sources[name]):
+        _link(sources[name], dst)
     self._next_chunk += 1
 
   def finalize(self, scann_config: scann.ScannConfig | None = None) -> dict[str, Any]:
@@ -250,6 +267,44 @@ class IndexWriter:
     if "salience" in meta:
       entry["salience_file"] = os.path.relpath(paths["salience"], self.out_dir)
     return entry
+
+
+def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
+            scann_config: scann.ScannConfig | None = None) -> dict[str, Any]:
+  """Writes at `out_dir` the index of `source_dir` with ScaNN over another pruning (β_d).
+
+  The chunks (token vectors, doc indexes, saliences, records) are hard links to the source's
+  (copies across file systems); the settings are the source's but for `prune_doc`. Resumable
+  like an export: a killed reprune is finished by running it again. Damage in the source's
+  chunks is detected by `finalize` before ScaNN is built.
+
+  Returns:
+    The manifest of `out_dir`.
+  """
+  manifest_path = os.path.join(source_dir, files.MANIFEST)
+  if not os.path.exists(manifest_path):
+    raise FileNotFoundError(f"{manifest_path} does not exist: {source_dir} is not a complete "
+                            "index.")
+  source = files.read_json(manifest_path)
+  files.check_manifest(source, manifest_path)
+  writer = IndexWriter(out_dir, source["dim"], source["dtype"], source["model"],
+                       source["fingerprint"], source["docs_per_chunk"], source["corpus"],
+                       source["gin_config"], prune_doc)
+  for chunk in range(writer.completed_chunks(), len(source["chunks"])):
+    writer.link_chunk(chunk, source_dir)
+  return writer.finalize(scann_config)
+
+
+def _link(src: str, dst: str) -> None:
+  """Hard-links `src` at `dst` through `dst.tmp` and a rename, or copies it across file systems."""
+  tmp = dst + ".tmp"
+  if os.path.exists(tmp):
+    os.remove(tmp)
+  try:
+    os.link(src, tmp)
+  except OSError:
+    shutil.copyfile(src, tmp)
+  os.replace(tmp, dst)
 
 
 def prepare_repair(out_dir: str) -> str:

@@ -1,0 +1,108 @@
+"""Tables (Markdown, on stdout) and figures of launch/aligner_scifact.sh's results.
+
+  .venv/bin/python launch/aligner_tables.py runs/aligner [FIGURES_DIR]
+
+Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir) and OUT_DIR/entropy_lp/adapt.json
+(xtr-adapt-alignment); writes FIGURES_DIR (default OUT_DIR)/aligner_pruning.png (Figure 7
+analog: nDCG@10 against β_d, one line per β_q) and aligner_salience.png (Figure 6 analog: each
+salience variant unpruned and at β_d = 20 %). Evaluations not run yet show as "—".
+"""
+import json
+import pathlib
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib import pyplot as plt  # pylint: disable=wrong-import-position
+
+BETA_D = (("100 %", 1.0, "top1"), ("40 %", 0.4, "top1_d0.4"), ("20 %", 0.2, "top1_d0.2"),
+          ("10 %", 0.1, "top1_d0.1"), ("5 %", 0.05, "top1_d0.05"))
+BETA_Q = ("1", "0.5", "0.3")
+VARIANTS = ("entropy_lp", "relu", "hard", "l1")
+HEAD = ("| {} | nDCG@10 | Recall@100 | MRR@10 | ScaNN tokens | ScaNN MB | ms/query |\n"
+        + "|---" * 7 + "|")
+
+
+def load(path: pathlib.Path) -> dict | None:
+  return json.loads(path.read_text()) if path.exists() else None
+
+
+def row(label: str, result: dict | None) -> str:
+  if result is None:
+    return f"| {label} |" + " — |" * 6
+  return (f"| {label} | {result['ndcg@10']:.4f} | {result['recall@100']:.4f} | "
+          f"{result['mrr@10']:.4f} | {result['indexed_tokens']:,} | "
+          f"{result['scann_bytes'] / 2**20:.1f} | {result['latency_ms_per_query']['mean']:.0f} |")
+
+
+def ndcg(result: dict | None) -> float:
+  return float("nan") if result is None else result["ndcg@10"]
+
+
+def main(out: pathlib.Path, figures: pathlib.Path) -> None:
+  pruning = {(beta_d, beta_q): load(out / "entropy_lp" / f"{prefix}_q{beta_q}.json")
+             for _, beta_d, prefix in BETA_D for beta_q in BETA_Q}
+  print("Pruning (top-1 alignment, k' = 1000)\n\n" + HEAD.format("β_d, β_q"))
+  for label, beta_d, _ in BETA_D:
+    for beta_q in BETA_Q:
+      print(row(f"{label}, {float(beta_q):.0%}", pruning[beta_d, beta_q]))
+  variants = {(v, pruned): load(out / v / ("top1_d0.2_q1.json" if pruned else "top1_q1.json"))
+              for v in VARIANTS for pruned in (False, True)}
+  print("\nSalience variant (β_q = 100 %)\n\n" + HEAD.format("variant, β_d"))
+  for variant in VARIANTS:
+    for pruned in (False, True):
+      print(row(f"{variant}, {'20 %' if pruned else '100 %'}", variants[variant, pruned]))
+  adapt = load(out / "entropy_lp" / "adapt.json")
+  if adapt:
+    print("\nAlignment strategies (unpruned, nDCG@10)\n")
+    print("| " + " | ".join(adapt["strategies"]) + " |\n" + "|---" * len(adapt["strategies"])
+          + "|")
+    print("| " + " | ".join(f"{v:.4f}" for v in adapt["strategies"].values()) + " |")
+    a = adapt["adapted"]
+    print(f"\nFew-shot adaptation ({len(adapt['folds'])} folds of {adapt['shots']}): "
+          f"{a['mean']:.4f} ± {a['std']:.4f}; default {adapt['default']['strategy']} "
+          f"{adapt['default']['ndcg@10']:.4f}; oracle {adapt['oracle']['strategy']} "
+          f"{adapt['oracle']['ndcg@10']:.4f}; chosen {adapt['chosen_counts']}")
+  plot_pruning(pruning, figures / "aligner_pruning.png")
+  plot_variants(variants, figures / "aligner_salience.png")
+
+
+def plot_pruning(pruning: dict, path: pathlib.Path) -> None:
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  x = [beta_d for _, beta_d, _ in BETA_D]
+  for beta_q in BETA_Q:
+    ax.plot(x, [ndcg(pruning[beta_d, beta_q]) for beta_d in x], marker="o",
+            label=f"β_q = {float(beta_q):.0%}")
+  ax.set_xscale("log")
+  ax.set_xticks(x, [label for label, _, _ in BETA_D])
+  ax.minorticks_off()
+  ax.set_xlabel("β_d: document tokens in the token-retrieval index")
+  ax.set_ylabel("nDCG@10 (SciFact test)")
+  ax.set_title("ALIGNER-MiniLM: salience pruning")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  print(f"\nWrote {path}")
+
+
+def plot_variants(variants: dict, path: pathlib.Path) -> None:
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  width = 0.38
+  for offset, pruned in ((-width / 2, False), (width / 2, True)):
+    ax.bar([k + offset for k in range(len(VARIANTS))],
+           [ndcg(variants[v, pruned]) for v in VARIANTS], width,
+           label="β_d = 20 %" if pruned else "unpruned")
+  ax.set_xticks(range(len(VARIANTS)), VARIANTS)
+  ax.set_ylim(0.4, 0.8)
+  ax.set_ylabel("nDCG@10 (SciFact test)")
+  ax.set_title("ALIGNER-MiniLM: salience variant")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  print(f"Wrote {path}")
+
+
+if __name__ == "__main__":
+  results = pathlib.Path(sys.argv[1])
+  main(results, pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else results)
