@@ -188,6 +188,20 @@ def test_top_documents(k):
     np.testing.assert_array_equal(single[0], expected_ids)
 
 
+def test_top_candidates_ranks_any_count_with_one_compilation_per_bucket():
+  rng = np.random.default_rng(0)
+  scoring.top_candidates(np.arange(129), np.zeros(129, np.float32), 10)  # the (128, 256] bucket
+  compiled = scoring.top_documents._cache_size()  # pylint: disable=protected-access
+  for count in list(range(129, 257, 7)) + [3]:  # [3]: fewer candidates than k, another bucket
+    doc_ids = rng.permutation(1000)[:count]
+    scores = np.round(rng.normal(size=count), 1).astype(np.float32)  # Ties included.
+    top_ids, top_scores = scoring.top_candidates(doc_ids, scores, 10)
+    expected_ids, expected_scores = _naive_top_documents(doc_ids, scores, 10)
+    np.testing.assert_array_equal(top_ids, expected_ids)
+    np.testing.assert_array_equal(top_scores, np.float32(expected_scores))
+  assert scoring.top_documents._cache_size() == compiled + 1  # pylint: disable=protected-access
+
+
 def test_jit_composes():
   """The scoring stage jits end to end with static impute and k."""
   scores, doc_ids, query_mask = _random_retrieval(1)

@@ -136,8 +136,7 @@ def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
     doc_ids = np.unique(token_docs[token_docs >= 0])
     refine = _refinement(token_index, q, q_mask, u_q, doc_ids)
     scores = refine(None if config.scoring == "colbert" else config.alignment)
-  top_ids, top_scores = scoring_lib.top_documents(doc_ids, scores, config.top_k)
-  return np.asarray(top_ids), np.asarray(top_scores)
+  return scoring_lib.top_candidates(doc_ids, scores, config.top_k)
 
 
 def _refinement(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
@@ -175,8 +174,8 @@ def search_alignments(encoder: encoding.Encoder, token_index: reader.TokenIndex,
     doc_ids = np.unique(token_docs[token_docs >= 0])
     refine = _refinement(token_index, vectors, mask, u, doc_ids)
     for ranked, alignment in zip(rankings, alignments):
-      top_ids, top_scores = scoring_lib.top_documents(doc_ids, refine(alignment), config.top_k)
-      ranked.append(_named(token_index.doc_ids, np.asarray(top_ids), np.asarray(top_scores)))
+      top_ids, top_scores = scoring_lib.top_candidates(doc_ids, refine(alignment), config.top_k)
+      ranked.append(_named(token_index.doc_ids, top_ids, top_scores))
   return rankings
 
 

@@ -163,6 +163,18 @@ def top_documents(doc_ids: jax.Array, scores: jax.Array, k: int) -> Tuple[jax.Ar
   return jnp.where(top_ids >= 0, top_ids, -1), jnp.where(top_ids >= 0, top_scores, -jnp.inf)
 
 
+def top_candidates(doc_ids: np.ndarray, scores: np.ndarray, k: int
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+  """`top_documents` of one query's M candidates (doc_ids [M], scores [M]), padded to a
+  power-of-two M: XLA compiles once per bucket instead of once per candidate count."""
+  size = _bucket(len(doc_ids))
+  padded_ids = np.full(size, -1, np.int32)
+  padded_scores = np.full(size, -np.inf, np.float32)
+  padded_ids[:len(doc_ids)], padded_scores[:len(scores)] = doc_ids, scores
+  top_ids, top_scores = top_documents(padded_ids, padded_scores, k)
+  return np.asarray(top_ids), np.asarray(top_scores)
+
+
 _colbert = jax.jit(losses.f_colbert)
 
 
