@@ -57,7 +57,9 @@ def fingerprint(params: Any) -> str:
 
 @gin.configurable
 class Encoder:
-  """Encodes texts into token vectors in fixed-shape batches (one compilation per length)."""
+  """Encodes texts into token vectors in batches of at most `batch_size` rows, each padded to a
+  power of two (1, 2, 4, ..., batch_size): one compilation per (rows, length) bucket, and a lone
+  query runs one row, not batch_size."""
 
   def __init__(self, params: Any, model: nn.Module = gin.REQUIRED,
                vocabulary: Any = gin.REQUIRED, query_max_length: int = 32,
@@ -98,7 +100,8 @@ class Encoder:
     for start in tqdm.tqdm(starts, desc=progress, unit="batch", disable=progress is None):
       ids = vocabularies.encode_batch(
           self.vocabulary, texts[start:start + self.batch_size], max_length)
-      padded = np.zeros((self.batch_size, max_length), np.int32)
+      padded = np.zeros((min(self.batch_size, 1 << (len(ids) - 1).bit_length()), max_length),
+                        np.int32)
       padded[:len(ids)] = ids
       batch_vectors, batch_mask, batch_salience = jax.device_get(
           self._apply(self.params, jnp.asarray(padded), role))
