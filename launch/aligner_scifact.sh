@@ -4,7 +4,7 @@
 # and re-pruned (`xtr-export --from_index`) to β_d ∈ {40, 20, 10, 5} % of each document's tokens,
 # evaluated with top-1 sparse alignment at β_q ∈ {100, 50, 30} %; few-shot alignment adaptation
 # (folds of 8) and every strategy's score on the unpruned index; the salience variants (relu,
-# hard, l1) unpruned and at β_d = 20 %; Table 4's example (query 1 and its gold document).
+# hard, l1) unpruned and at β_d = 20 %; Table 4's example (query 148 and its gold document).
 #
 #   launch/aligner_scifact.sh [OUT_DIR]     (default runs/aligner; on 2 cores ~25 min per model,
 #                                            ~10 min per export, ~1 min per re-pruning, ~4 min
@@ -70,7 +70,7 @@ for beta_q in 1 0.5 0.3; do
   evaluate $model index "top1_q$beta_q" --prune_query=$beta_q
 done
 [[ -f $out/$model/example.md ]] || $bin/xtr-show-alignment --data_dir=$data --split=test \
-  --index=$out/$model/index --checkpoint=$out/$model --query_id=1 --out=$out/$model/example.md
+  --index=$out/$model/index --checkpoint=$out/$model --query_id=148 --out=$out/$model/example.md
 [[ -f $out/$model/example.html ]] || $bin/xtr-show-alignment --data_dir=$data --split=test \
-  --index=$out/$model/index --checkpoint=$out/$model --query_id=1 --out=$out/$model/example.html
+  --index=$out/$model/index --checkpoint=$out/$model --query_id=148 --out=$out/$model/example.html
 $bin/python launch/aligner_tables.py "$out" | tee "$out/tables.md"

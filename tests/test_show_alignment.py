@@ -31,12 +31,13 @@ def test_pieces_join_into_words():
 def test_rendering_escapes_corpus_text():
   query = {"id": "q<1>", "pieces": ["a", "<b>"], "u": np.array([1.0, 0.5]),
            "kept": np.array([True, False]), "beta": 0.5}
-  doc = {"id": "d&", "pieces": ["<script>", "x*y_"], "u": np.array([0.2, 0.9]),
-         "kept": np.array([False, True]), "beta": 0.5}
-  s = np.array([[0.1, 0.7], [0.3, 0.2]])
-  page = show_alignment.render(query, doc, [(0, 1)], s, markdown=False)
+  doc = {"id": "d&", "pieces": ["<script>", "x*y_", "a|`b"], "u": np.array([0.2, 0.9, 0.1]),
+         "kept": np.array([False, True, False]), "beta": 0.5}
+  s = np.array([[0.1, 0.7, 0.0], [0.3, 0.2, 0.9]])
+  page = show_alignment.render(query, doc, [(0, 1), (1, 2)], s, markdown=False)
   assert "<script>" not in page and "&lt;script&gt;" in page and "q&lt;1&gt;" in page
-  assert page.count("<sup") == 2  # the pair's number on both of its tokens
-  markdown = show_alignment.render(query, doc, [(0, 1)], s, markdown=True)
+  assert page.count("<sup") == 4  # each pair's number on both of its tokens
+  markdown = show_alignment.render(query, doc, [(0, 1), (1, 2)], s, markdown=True)
   assert "&lt;script&gt;" in markdown and r"**x\*y\_<sup>1</sup>**" in markdown
   assert "| 1 | `a` | 1.000 | `x*y_` | 1 | 0.700 | 0.900 |" in markdown
+  assert r"| 2 | `<b>` | 0.500 | `` a\|`b `` | 2 | 0.900 | 0.100 |" in markdown

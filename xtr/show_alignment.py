@@ -101,9 +101,16 @@ def _markdown_text(pieces: Sequence[str], kept: np.ndarray, marks: dict[int, lis
     if kept[k] and not bold:
       out.append("**")
       bold = True
-    out.append("".join("\\" + c if c in "\\`*_[]#|~" else c for c in html.escape(text)))
+    out.append("".join("\\" + c if c in "\\`*_[]|~" else c
+                       for c in html.escape(text, quote=False)))
     out.append("".join(f"<sup>{n}</sup>" for n in marks.get(k, ())))
   return "".join(out) + ("**" if bold else "")
+
+
+def _code(piece: str) -> str:
+  """A token piece as a Markdown code span inside a table cell."""
+  piece = piece.replace("|", "\\|")
+  return f"`` {piece} ``" if "`" in piece else f"`{piece}`"
 
 
 def render(query: dict, doc: dict, pairs: Sequence[tuple[int, int]], s: np.ndarray,
@@ -124,7 +131,7 @@ def render(query: dict, doc: dict, pairs: Sequence[tuple[int, int]], s: np.ndarr
             "salient query tokens and the document token each aligns to (top-1).")
   if markdown:
     table = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    table += [f"| {n} | `{q}` | {uq:.3f} | `{d}` | {j} | {sij:.3f} | {ud:.3f} |"
+    table += [f"| {n} | {_code(q)} | {uq:.3f} | {_code(d)} | {j} | {sij:.3f} | {ud:.3f} |"
               for n, q, uq, d, j, sij, ud in rows]
     return (f"**Query {query['id']}:** {text(query['pieces'], query['kept'], query_marks)}\n\n"
             f"**Document {doc['id']}:** {text(doc['pieces'], doc['kept'], doc_marks)}\n\n"
