@@ -4,7 +4,7 @@
 # and re-pruned (`xtr-export --from_index`) to β_d ∈ {40, 20, 10, 5} % of each document's tokens,
 # evaluated with top-1 sparse alignment at β_q ∈ {100, 50, 30} %; few-shot alignment adaptation
 # (folds of 8) and every strategy's score on the unpruned index; the salience variants (relu,
-# hard, l1) unpruned and at β_d = 20 %; Table 4's example (query 148 and its gold document).
+# hard, l1) at β_d ∈ {100, 20, 10, 5} %; Table 4's example (query 148 and its gold document).
 #
 #   launch/aligner_scifact.sh [OUT_DIR]     (default runs/aligner; on 2 cores ~25 min per model,
 #                                            ~10 min per export, ~1 min per re-pruning, ~4 min
@@ -53,9 +53,11 @@ for spec in "${models[@]}"; do
   for binding in "${extra[@]}"; do gin+=(--gin_bindings="$binding"); done
   $bin/xtr-train "${gin[@]}"
   export_index $model
-  reprune $model 0.2
-  evaluate $model index_d0.2 top1_d0.2_q1 --prune_query=1
   evaluate $model index top1_q1 --prune_query=1
+  for beta_d in 0.2 0.1 0.05; do
+    reprune $model $beta_d
+    evaluate $model "index_d$beta_d" "top1_d${beta_d}_q1" --prune_query=1
+  done
 done
 
 model=entropy_lp

@@ -4,8 +4,9 @@
 
 Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir) and OUT_DIR/entropy_lp/adapt.json
 (xtr-adapt-alignment); writes FIGURES_DIR (default OUT_DIR)/aligner_pruning.png (Figure 7
-analog: nDCG@10 against β_d, one line per β_q) and aligner_salience.png (Figure 6 analog: each
-salience variant unpruned and at β_d = 20 %). Evaluations not run yet show as "—".
+analog: nDCG@10 against β_d, one line per β_q) and aligner_salience.png (Figure 6 analog:
+nDCG@10 against β_d, one line per salience variant). Pruning cells not run yet show as "—";
+variant rows appear once measured.
 """
 import json
 import pathlib
@@ -46,12 +47,13 @@ def main(out: pathlib.Path, figures: pathlib.Path) -> None:
   for label, beta_d, _ in BETA_D:
     for beta_q in BETA_Q:
       print(row(f"{label}, {float(beta_q) * 100:.0f} %", pruning[beta_d, beta_q]))
-  variants = {(v, pruned): load(out / v / ("top1_d0.2_q1.json" if pruned else "top1_q1.json"))
-              for v in VARIANTS for pruned in (False, True)}
+  variants = {(v, beta_d): load(out / v / f"{prefix}_q1.json")
+              for v in VARIANTS for _, beta_d, prefix in BETA_D}
   print("\nSalience variant (β_q = 100 %)\n\n" + HEAD.format("variant, β_d"))
   for variant in VARIANTS:
-    for pruned in (False, True):
-      print(row(f"{variant}, {'20 %' if pruned else '100 %'}", variants[variant, pruned]))
+    for label, beta_d, _ in BETA_D:
+      if variants[variant, beta_d] is not None:
+        print(row(f"{variant}, {label}", variants[variant, beta_d]))
   adapt = load(out / "entropy_lp" / "adapt.json")
   if adapt:
     print("\nAlignment strategies (unpruned, nDCG@10)\n")
@@ -91,15 +93,18 @@ def plot_pruning(pruning: dict, path: pathlib.Path) -> None:
 
 def plot_variants(variants: dict, path: pathlib.Path) -> None:
   fig, ax = plt.subplots(figsize=(5, 3.5))
-  width = 0.38
-  for offset, pruned in ((-width / 2, False), (width / 2, True)):
-    ax.bar([k + offset for k in range(len(VARIANTS))],
-           [ndcg(variants[v, pruned]) for v in VARIANTS], width,
-           label="β_d = 20 %" if pruned else "unpruned")
-  ax.set_xticks(range(len(VARIANTS)), VARIANTS)
-  ax.set_ylim(0.4, 0.8)
+  for variant in VARIANTS:
+    points = [(beta_d, ndcg(variants[variant, beta_d])) for _, beta_d, _ in BETA_D
+              if variants[variant, beta_d] is not None]
+    if points:
+      ax.plot(*zip(*points), marker="o", label=variant)
+  ax.set_xscale("log")
+  ax.set_xticks([beta_d for _, beta_d, _ in BETA_D], [label for label, _, _ in BETA_D])
+  ax.minorticks_off()
+  ax.invert_xaxis()
+  ax.set_xlabel("β_d: document tokens in the token-retrieval index")
   ax.set_ylabel("nDCG@10 (SciFact test)")
-  ax.set_title("ALIGNER-MiniLM: salience variant")
+  ax.set_title("ALIGNER-MiniLM: salience variant (β_q = 100 %)")
   ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=120)
