@@ -58,6 +58,12 @@ for spec in "${models[@]}"; do
     reprune $model $beta_d
     evaluate $model "index_d$beta_d" "top1_d${beta_d}_q1" --prune_query=1
   done
+  if [[ $model == entropy_lp || $model == relu ]]; then  # k' = 100: fewer candidates
+    evaluate $model index top1_q1_k100 --prune_query=1 --k_prime=100
+    for beta_d in 0.2 0.1 0.05; do
+      evaluate $model "index_d$beta_d" "top1_d${beta_d}_q1_k100" --prune_query=1 --k_prime=100
+    done
+  fi
 done
 
 model=entropy_lp

@@ -54,6 +54,11 @@ def main(out: pathlib.Path, figures: pathlib.Path) -> None:
     for label, beta_d, _ in BETA_D:
       if variants[variant, beta_d] is not None:
         print(row(f"{variant}, {label}", variants[variant, beta_d]))
+  print("\nPruning with k' = 100 (β_q = 100 %)\n\n" + HEAD.format("variant, β_d"))
+  for variant in ("entropy_lp", "relu"):
+    for label, _, prefix in BETA_D:
+      if prefix != "top1_d0.4":
+        print(row(f"{variant}, {label}", load(out / variant / f"{prefix}_q1_k100.json")))
   adapt = load(out / "entropy_lp" / "adapt.json")
   if adapt:
     print("\nAlignment strategies (unpruned, nDCG@10)\n")
