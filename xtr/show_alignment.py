@@ -35,6 +35,7 @@ _NUM_ALIGNED = flags.DEFINE_integer("num_aligned", 3, "Most salient query tokens
 _OUT = flags.DEFINE_string("out", None, "The rendering to write: .html or .md.")
 _OPEN_FOR_SEARCH = cli.define_index_flags()
 
+
 def _gold_doc(data: evaluation.BeirData, query_id: str) -> str:
   """--doc_id, or the query's most relevant judged document (ties: first in the qrels)."""
   if _DOC_ID.value:
