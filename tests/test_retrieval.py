@@ -14,6 +14,7 @@ from xtr import evaluation
 from xtr import indexing
 from xtr import model_spec
 from xtr import retrieval
+from xtr import scoring
 from xtr import vocabularies
 from xtr.index import reader
 
@@ -58,6 +59,18 @@ def test_colbert_three_stages_rescore_candidates_exactly(exported, scifact_slice
     assert len(colbert_ranking) < NUM_DOCS  # Only the retrieved candidates are scored ...
     for doc_id, score in colbert_ranking:  # ... with their exact f_ColBERT.
       assert score == pytest.approx(exact_scores[doc_id], abs=1e-5)
+
+
+def test_colbert_refinement_compiles_per_document_bucket_not_per_query_length(exported,
+                                                                              scifact_slice):
+  """Queries of many lengths share one compiled f_ColBERT per padded document length."""
+  scoring._colbert.clear_cache()  # pylint: disable=protected-access
+  data, token_index, _ = _search(exported, scifact_slice, retrieval.SearchConfig(
+      top_k=5, k_prime=4, scoring="colbert", searcher="bruteforce"))
+  lengths = {len(q.split()) for q in data.queries}
+  buckets = {scoring._bucket(int(n)) for n in token_index.doc_lengths}  # pylint: disable=protected-access
+  assert len(lengths) > 3
+  assert scoring._colbert._cache_size() <= len(buckets)  # pylint: disable=protected-access
 
 
 def _eval_beir(exported, scifact_slice, tmp_path, *flags):

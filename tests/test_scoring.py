@@ -202,6 +202,26 @@ def test_top_candidates_ranks_any_count_with_one_compilation_per_bucket():
   assert scoring.top_documents._cache_size() == compiled + 1  # pylint: disable=protected-access
 
 
+def test_xtr_candidates_of_any_query_length_equal_the_fully_padded_query():
+  """n' retrieving tokens padded to a multiple of 8 score as the same tokens padded to 32 rows,
+  and 1..32 tokens compile 4 shapes."""
+  rng = np.random.default_rng(0)
+  scoring.xtr_candidates(*_random_retrieval(0, n=1)[:2], "top_k_prime")
+  compiled = scoring.f_xtr_prime._cache_size()  # pylint: disable=protected-access
+  for n in range(1, 33):
+    scores, doc_ids, _ = _random_retrieval(int(rng.integers(1000)), n=n)
+    ids, out = map(np.asarray, scoring.xtr_candidates(scores, doc_ids, "top_k_prime"))
+    padded_scores = np.full((32, scores.shape[1]), -np.inf, np.float32)
+    padded_ids = np.full((32, scores.shape[1]), -1, np.int32)
+    padded_scores[:n], padded_ids[:n] = scores, doc_ids
+    expected_ids, expected = map(np.asarray, scoring.f_xtr_prime(
+        padded_scores, padded_ids, np.arange(32) < n, "top_k_prime"))
+    keep = expected_ids >= 0
+    np.testing.assert_array_equal(ids[ids >= 0], expected_ids[keep])
+    np.testing.assert_allclose(out[ids >= 0], expected[keep], rtol=1e-6)
+  assert scoring.f_xtr_prime._cache_size() == compiled + 3  # pylint: disable=protected-access
+
+
 def test_jit_composes():
   """The scoring stage jits end to end with static impute and k."""
   scores, doc_ids, query_mask = _random_retrieval(1)

@@ -125,13 +125,7 @@ def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
   scores [top_k])."""
   token_scores, token_docs = _retrieve(token_index, q, q_mask, u_q, config)
   if config.scoring == "xtr":
-    # Padded to n rows so that every query compiles to the same shapes.
-    n = len(q_mask)
-    padded_scores = np.full((n, config.k_prime), -np.inf, np.float32)
-    padded_docs = np.full((n, config.k_prime), -1, np.int32)
-    padded_scores[:len(token_scores)], padded_docs[:len(token_docs)] = token_scores, token_docs
-    doc_ids, scores = scoring_lib.f_xtr_prime(
-        padded_scores, padded_docs, np.arange(n) < len(token_scores), config.impute)
+    doc_ids, scores = scoring_lib.xtr_candidates(token_scores, token_docs, config.impute)
   else:
     doc_ids = np.unique(token_docs[token_docs >= 0])
     refine = _refinement(token_index, q, q_mask, u_q, doc_ids)
@@ -144,15 +138,14 @@ def _refinement(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarra
   """Gathers the candidates' token vectors (and saliences) once; returns `refine(alignment)`:
   their scores [len(doc_ids)] by f_ColBERT (alignment None) or ALIGNER's sim with `alignment`."""
   vectors = token_index.doc_vectors(doc_ids)
-  valid_q, all_valid = q[q_mask], np.ones(q_mask.sum(), bool)
   saliences = token_index.doc_saliences(doc_ids) if token_index.has_salience else None
-  query_saliences = u_q[q_mask] if token_index.has_salience else None
+  query_saliences = u_q if token_index.has_salience else None
 
+  # The query stays padded to n tokens: every query compiles to the same shapes.
   def refine(alignment: alignment_lib.Alignment | None) -> np.ndarray:
     if alignment is None:
-      return scoring_lib.colbert_rerank(valid_q, all_valid, vectors)
-    return scoring_lib.alignment_rerank(valid_q, all_valid, query_saliences, vectors, saliences,
-                                        alignment)
+      return scoring_lib.colbert_rerank(q, q_mask, vectors)
+    return scoring_lib.alignment_rerank(q, q_mask, query_saliences, vectors, saliences, alignment)
   return refine
 
 

@@ -120,6 +120,19 @@ def f_xtr_prime(token_scores: jax.Array, token_doc_ids: jax.Array, query_mask: j
   return doc_ids, jnp.where(hits > 0, doc_scores, -jnp.inf)
 
 
+def xtr_candidates(token_scores: np.ndarray, token_doc_ids: np.ndarray, impute: Impute
+                   ) -> Tuple[jax.Array, jax.Array]:
+  """`f_xtr_prime` of one query's n' retrieving tokens (token_scores, token_doc_ids [n', k']),
+  padded to a multiple of 8 rows: few compiled shapes, and a short query sorts fewer entries
+  than one padded to the encoder's query length."""
+  rows = -(-max(len(token_scores), 1) // 8) * 8
+  k_prime = token_scores.shape[1]
+  scores = np.full((rows, k_prime), -np.inf, np.float32)
+  doc_ids = np.full((rows, k_prime), -1, np.int32)
+  scores[:len(token_scores)], doc_ids[:len(token_doc_ids)] = token_scores, token_doc_ids
+  return f_xtr_prime(scores, doc_ids, np.arange(rows) < len(token_scores), impute)
+
+
 @functools.partial(jax.jit, static_argnames=("impute",))
 def f_xtr_prime_batch(token_scores: jax.Array, token_doc_ids: jax.Array, query_mask: jax.Array,
                       impute: Impute = "top_k_prime") -> Tuple[jax.Array, jax.Array]:
