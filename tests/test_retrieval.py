@@ -8,6 +8,7 @@ import gin
 import numpy as np
 import pytest
 
+import xtr
 from tests.retrieval_setup import REPO, SLICE_DOCS as NUM_DOCS, SLICE_QUERIES as NUM_QUERIES
 from xtr import encoding
 from xtr import evaluation
@@ -122,6 +123,36 @@ def test_search_cli_reads_stdin_and_writes_jsonl(exported):
   assert all(len(line["results"]) == 5 for line in lines)
   scores = [r["score"] for r in lines[0]["results"]]
   assert scores == sorted(scores, reverse=True)
+
+
+def test_searcher_api_ranks_as_the_cli_encoding_each_query_alone(exported, scifact_slice,
+                                                                   tmp_path):
+  """xtr.Searcher (queries encoded in one batch) against xtr-search --verbose (each query
+  encoded alone, timed on stderr): the same rankings (scores to 1e-4: the two batch shapes give
+  vectors equal to ~1e-6, which can move a query token's k'-th retrieved score)."""
+  model_dir, index_dir = exported
+  data = evaluation.load_beir(str(scifact_slice), "test")
+  queries = tmp_path / "queries.tsv"
+  queries.write_text("".join(f"{i}\t{t}\n" for i, t in zip(data.query_ids, data.queries)))
+  process = subprocess.run(
+      [sys.executable, "-m", "xtr.search", f"--index={index_dir}", f"--checkpoint={model_dir}",
+       "--top_k=5", "--k_prime=50", f"--queries={queries}", "--verbose"],
+      capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  cli = [[(r["doc_id"], r["score"]) for r in json.loads(line)["results"]]
+         for line in process.stdout.splitlines()]
+  gin.clear_config()
+  api = xtr.Searcher(str(index_dir), str(model_dir)).search(list(data.queries), top_k=5,
+                                                            k_prime=50)
+  assert len(cli) == len(api) == NUM_QUERIES
+  for cli_ranking, api_ranking in zip(cli, api):
+    assert [d for d, _ in cli_ranking] == [d for d, _ in api_ranking]
+    np.testing.assert_allclose([s for _, s in cli_ranking], [s for _, s in api_ranking],
+                               atol=1e-4)
+  for query_id in data.query_ids:
+    assert f"query {query_id}: encode " in process.stderr
+  assert f"median over {NUM_QUERIES} queries: encode " in process.stderr
+  with pytest.raises(TypeError, match="not one string"):
+    xtr.Searcher(str(index_dir), str(model_dir)).search("what causes scurvy")
 
 
 def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_slice, tmp_path):

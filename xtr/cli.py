@@ -16,8 +16,8 @@ from absl import logging
 
 from xtr import alignment
 from xtr import encoding
-from xtr import model_spec
 from xtr import retrieval
+from xtr import searcher
 from xtr.index import files
 from xtr.index import reader
 from xtr.index import verify
@@ -52,19 +52,11 @@ def define_index_flags() -> Callable[[str, str], tuple[encoding.Encoder, reader.
 
   def open_for_search(index_path: str, checkpoint: str
                       ) -> tuple[encoding.Encoder, reader.TokenIndex]:
-    """The token index at `index_path` and the query encoder of `checkpoint`.
-
-    The model, vocabulary and lengths come from the index's manifest, as data (nothing stored in
-    the index is executed); --gin_file and --gin_bindings may set the rest (e.g.
-    `Encoder.batch_size`). Refuses a checkpoint or token dim that differs from the index's.
-    """
+    """`searcher.open_for_search` with --verify and --vocabulary, after parsing gin:
+    --gin_file and --gin_bindings may set what the manifest does not (e.g.
+    `Encoder.batch_size`)."""
     parse_gin()
-    token_index = reader.open_index(index_path, verify_mode.value)
-    params = encoding.load_params(checkpoint)
-    encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
-                                 params, checkpoint, vocabulary.value)
-    reader.check_compatible(token_index.manifest, encoder.dim, encoder.fingerprint)
-    return encoder, token_index
+    return searcher.open_for_search(index_path, checkpoint, verify_mode.value, vocabulary.value)
 
   return open_for_search
 

@@ -61,43 +61,67 @@ class SearchConfig:
 
 @dataclasses.dataclass
 class Results:
-  """Ranked documents of each query and the search + scoring time of each (encoding excluded).
+  """Ranked documents of each query, and the time each took.
 
+  latency_ms: [Q] search + scoring time of each query (encoding excluded).
+  encode_ms: [Q] time to encode each query alone (a 1-row batch, as an interactive user's
+    query is), or None where the queries were encoded in batches.
   unknown_only: indices of the queries whose tokens are all unknown to the vocabulary (e.g.
     emoji or CJK with an English vocabulary): their rankings carry no information.
   """
   rankings: list[list[tuple[str, float]]]
-  latency_ms: np.ndarray  # [Q]
+  latency_ms: np.ndarray
   unknown_only: list[int] = dataclasses.field(default_factory=list)
+  encode_ms: np.ndarray | None = None
 
 
-def search(encoder: encoding.Encoder, token_index: reader.TokenIndex,
-           queries: Sequence[str], config: SearchConfig) -> Results:
-  """Ranks the index's documents for each query; warns of queries of unknown tokens only."""
+def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: Sequence[str],
+           config: SearchConfig, encode_alone: bool = False, progress: bool = True) -> Results:
+  """Ranks the index's documents for each query; warns of queries of unknown tokens only.
+
+  Args:
+    encode_alone: encode each query on its own and time it (`Results.encode_ms`); otherwise
+      the queries are encoded in batches, which is faster for many queries.
+    progress: show a progress bar.
+  """
   unknown = encoder.unknown_only(queries, encoder.query_max_length)
   for i in unknown:
     print(f"Warning: query {i + 1} ({queries[i]!r}) has only tokens that the vocabulary does not "
           "know: its ranking carries no information.", file=sys.stderr, flush=True)
-  q, q_mask, u_q = _encode_queries(encoder, token_index, queries, config)
+  check_salience(config, token_index)
   if config.scoring == "exact":
+    q, q_mask, _ = _encode_queries(encoder, queries)
     return dataclasses.replace(_exact(token_index, q, q_mask, config), unknown_only=unknown)
-  _rank_one(token_index, q[0], q_mask[0], u_q[0], config)  # Compiles: no latency includes it.
-  rankings, latency_ms = [], []
-  for vectors, mask, u in tqdm.tqdm(zip(q, q_mask, u_q), total=len(q), desc="search",
-                                    unit="query"):
+  encoded = _encoded_one_by_one(encoder, queries) if encode_alone else zip(
+      *_encode_queries(encoder, queries), np.full(len(queries), np.nan))
+  rankings, latency_ms, encode_ms = [], [], []
+  for i, (vectors, mask, u, encode_time) in enumerate(tqdm.tqdm(
+      encoded, total=len(queries), desc="search", unit="query", disable=not progress)):
+    if i == 0:
+      _rank_one(token_index, vectors, mask, u, config)  # Compiles: no latency includes it.
     start = time.perf_counter()
     doc_index, scores = _rank_one(token_index, vectors, mask, u, config)
     latency_ms.append(1000 * (time.perf_counter() - start))
+    encode_ms.append(encode_time)
     rankings.append(_named(token_index.doc_ids, doc_index, scores))
-  return Results(rankings, np.asarray(latency_ms), unknown)
+  return Results(rankings, np.asarray(latency_ms), unknown,
+                 np.asarray(encode_ms) if encode_alone else None)
 
 
-def _encode_queries(encoder: encoding.Encoder, token_index: reader.TokenIndex,
-                    queries: Sequence[str], config: SearchConfig
+def _encoded_one_by_one(encoder: encoding.Encoder, queries: Sequence[str]):
+  """Yields (q [n, D], q_mask [n], u_q [n], ms to encode it) of each query, encoded alone; the
+  1-row shape is compiled first, so no time includes compilation."""
+  _encode_queries(encoder, queries[:1])
+  for text in queries:
+    start = time.perf_counter()
+    q, q_mask, u_q = _encode_queries(encoder, [text])
+    yield q[0], q_mask[0], u_q[0], 1000 * (time.perf_counter() - start)
+
+
+def _encode_queries(encoder: encoding.Encoder, queries: Sequence[str]
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Checks the pruning settings, then (q [Q, n, D], q_mask [Q, n], u_q [Q, n]); u_q is 1
-  where the model has no salience heads."""
-  check_salience(config, token_index)
+  """(q [Q, n, D], q_mask [Q, n], u_q [Q, n]); u_q is 1 where the model has no salience
+  heads."""
   q, q_mask, u_q = encoder.encode_queries(queries)
   return q, q_mask, np.ones(q_mask.shape, np.float32) if u_q is None else u_q
 
@@ -159,7 +183,8 @@ def search_alignments(encoder: encoding.Encoder, token_index: reader.TokenIndex,
   Returns:
     rankings[a][i]: query i's top_k (doc id, score) under alignments[a].
   """
-  q, q_mask, u_q = _encode_queries(encoder, token_index, queries, config)
+  check_salience(config, token_index)
+  q, q_mask, u_q = _encode_queries(encoder, queries)
   rankings = [[] for _ in alignments]
   for vectors, mask, u in tqdm.tqdm(zip(q, q_mask, u_q), total=len(q), desc="rescore",
                                     unit="query"):

@@ -6,6 +6,7 @@
 Queries: a .jsonl file of {"_id", "text"} (BEIR queries), a .tsv file of `id<TAB>text`, or plain
 text with one query per line (ids are line numbers); `-` reads plain text from stdin. Output:
 JSONL ({"query_id", "query", "results": [{"doc_id", "score", "rank"}]}) or a TREC run file.
+`--verbose` times each query end to end (encoding alone, search, scoring) on stderr.
 The model comes from the index (its manifest describes it as data); the checkpoint must be the
 one the index was exported with.
 """
@@ -13,6 +14,7 @@ import json
 import sys
 from typing import Sequence
 
+import numpy as np
 from absl import app
 from absl import flags
 
@@ -28,6 +30,9 @@ _QUERIES = flags.DEFINE_string("queries", "-",
                                 "Queries file (.jsonl, .tsv, text), - = stdin.")
 _OUT = flags.DEFINE_string("out", "-", "Output file, - = stdout.")
 _FORMAT = flags.DEFINE_enum("format", "jsonl", ("jsonl", "trec"), "Output format.")
+_VERBOSE = flags.DEFINE_bool(
+    "verbose", False, "Encode each query alone (as an interactive user's query is) and print "
+    "its encoding, search + scoring and total time to stderr, with their medians.")
 _SEARCH_CONFIG = cli.define_search_flags()
 _OPEN_FOR_SEARCH = cli.define_index_flags()
 
@@ -37,6 +42,18 @@ def _jsonl(queries: dict[str, str], rankings: list[list[tuple[str, float]]]) -> 
       "query_id": query_id, "query": text,
       "results": [{"doc_id": d, "score": s, "rank": r} for r, (d, s) in enumerate(ranking, 1)]
   }) + "\n" for (query_id, text), ranking in zip(queries.items(), rankings))
+
+
+def _print_times(query_ids: list[str], results: retrieval.Results) -> None:
+  """Per query and their medians: encoding, search + scoring, and end-to-end time."""
+  total_ms = results.encode_ms + results.latency_ms
+  for query_id, encode, search, total in zip(query_ids, results.encode_ms, results.latency_ms,
+                                             total_ms):
+    print(f"query {query_id}: encode {encode:.1f} ms + search and scoring {search:.1f} ms = "
+          f"{total:.1f} ms", file=sys.stderr)
+  print(f"median over {len(total_ms)} queries: encode {np.median(results.encode_ms):.1f} ms + "
+        f"search and scoring {np.median(results.latency_ms):.1f} ms; end to end "
+        f"{np.median(total_ms):.1f} ms", file=sys.stderr)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -50,7 +67,10 @@ def main(argv: Sequence[str]) -> None:
   encoder, token_index = _OPEN_FOR_SEARCH(_INDEX.value, _CHECKPOINT.value)
   if _FORMAT.value == "trec":
     evaluation.check_trec_ids(queries, token_index.doc_ids)
-  results = retrieval.search(encoder, token_index, list(queries.values()), config)
+  results = retrieval.search(encoder, token_index, list(queries.values()), config,
+                             encode_alone=_VERBOSE.value)
+  if _VERBOSE.value:
+    _print_times(list(queries), results)
   if _FORMAT.value == "trec":
     run = {query_id: dict(ranking) for query_id, ranking in zip(queries, results.rankings)}
     evaluation.write_trec_run(run, _OUT.value, tag=f"xtr-{config.scoring}")
