@@ -22,7 +22,7 @@ bin=.venv/bin
 
 # name | extra gin bindings (';'-separated)
 models=(
-  "entropy_lp|"
+  "entropy_lp|salience.Salience.variant = 'entropy_lp'"
   "relu|salience.Salience.variant = 'relu'"
   "hard|salience.Salience.variant = 'hard'"
   "l1|salience.Salience.variant = 'l1';salience.Salience.l1 = 0.01"
@@ -66,10 +66,12 @@ for spec in "${models[@]}"; do
   fi
 done
 
+for model in entropy_lp relu; do
+  [[ -f $out/$model/adapt.json ]] || $bin/xtr-adapt-alignment --data_dir=$data --split=test \
+    --index=$out/$model/index --checkpoint=$out/$model --k_prime=1000 --shots=8 \
+    --out=$out/$model/adapt.json
+done
 model=entropy_lp
-[[ -f $out/$model/adapt.json ]] || $bin/xtr-adapt-alignment --data_dir=$data --split=test \
-  --index=$out/$model/index --checkpoint=$out/$model --k_prime=1000 --shots=8 \
-  --out=$out/$model/adapt.json
 for beta_q in 1 0.5 0.3; do
   for beta_d in 0.1 0.4 0.05 0.2; do
     reprune $model $beta_d
