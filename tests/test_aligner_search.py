@@ -138,7 +138,7 @@ def test_salience_pruning_needs_salience_heads(exported):
   token_index = reader.open_index(str(exported[1]))
   with pytest.raises(ValueError, match=r"--prune_query=0.5 prunes query tokens by salience, but "
                                        r"the model of the index at .* has no salience heads"):
-    retrieval.check_salience(retrieval.SearchConfig(prune_query=0.5), token_index)
+    retrieval.check_index(retrieval.SearchConfig(prune_query=0.5), token_index)
   with pytest.raises(ValueError, match="holds no token saliences"):
     token_index.doc_saliences([0])
 

@@ -39,7 +39,8 @@ def _run(module: str, *args: str, stdin: str = "") -> subprocess.CompletedProces
 
 @pytest.mark.parametrize("module, own_flags", [
     ("xtr.train", ["--multihost", "--process_id", "--gin_file"]),
-    ("xtr.export", ["--corpus", "--repair", "--docs_per_chunk", "--prune_doc", "--from_index"]),
+    ("xtr.export", ["--corpus", "--repair", "--docs_per_chunk", "--prune_doc", "--from_index",
+                    "--store_vectors"]),
     ("xtr.search", ["--queries", "--format", "--k_prime", "--verify", "--vocabulary",
                     "--alignment", "--prune_query"]),
     ("xtr.adapt_alignment", ["--shots", "--strategies", "--alignment", "--k_prime"]),

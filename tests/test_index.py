@@ -41,9 +41,11 @@ def _ids(num_docs: int, prefix: str = "doc") -> list[str]:
 
 def _new_writer(path, num_docs: int, dim: int = 32, dtype: str = "float32",
                 fingerprint: str = FINGERPRINT, docs_per_chunk: int = 4, first_doc: int = 0,
-                total_docs: int | None = None) -> index_writer.IndexWriter:
+                total_docs: int | None = None,
+                store_vectors: bool = True) -> index_writer.IndexWriter:
   return index_writer.IndexWriter(str(path), dim, dtype, MODEL, fingerprint, docs_per_chunk,
-                                  _corpus(num_docs, first_doc, total_docs))
+                                  _corpus(num_docs, first_doc, total_docs),
+                                  store_vectors=store_vectors)
 
 
 def _write_chunks(writer: index_writer.IndexWriter, doc_ids, docs, docs_per_chunk: int) -> None:
@@ -52,9 +54,9 @@ def _write_chunks(writer: index_writer.IndexWriter, doc_ids, docs, docs_per_chun
     writer.write_chunk(chunk, doc_ids[part], docs[part])
 
 
-def _export(path, doc_ids, docs, docs_per_chunk=4, dtype="float32", **corpus) -> dict:
+def _export(path, doc_ids, docs, docs_per_chunk=4, dtype="float32", **settings) -> dict:
   writer = _new_writer(path, len(doc_ids), docs[0].shape[1], dtype,
-                       docs_per_chunk=docs_per_chunk, **corpus)
+                       docs_per_chunk=docs_per_chunk, **settings)
   _write_chunks(writer, doc_ids, docs, docs_per_chunk)
   return writer.finalize()
 
@@ -246,6 +248,38 @@ def test_export_killed_with_sigkill_resumes_to_identical_files(tmp_path):
     for got, expected in zip(reader.open_index(str(out)).search(queries, 10, searcher),
                              reader.open_index(str(reference)).search(queries, 10, searcher)):
       np.testing.assert_array_equal(got, expected)
+
+
+def test_an_index_without_vectors_searches_as_the_stored_one(tmp_path):
+  """store_vectors=False: the same ScaNN files and token retrieval as a float16 index, no vector
+  files, and whatever needs the vectors refused by name."""
+  docs, doc_ids = _integer_docs(40, dim=128), _ids(40)
+  stored = _export(tmp_path / "stored", doc_ids, docs, dtype="float16")
+  manifest = _export(tmp_path / "none", doc_ids, docs, dtype="float16", store_vectors=False)
+  assert manifest["vectors_stored"] is False and "vectors_stored" not in stored
+  assert not list((tmp_path / "none/chunks").glob("vectors-*"))
+  scann_files = lambda root: {k: v for k, v in _files(root).items() if k.startswith("scann/")}
+  assert scann_files(tmp_path / "none") == scann_files(tmp_path / "stored")
+  sizes = files.bytes_by_kind(manifest)
+  assert sizes["vectors"] == 0 and sizes["scann"] == files.bytes_by_kind(stored)["scann"]
+  assert files.bytes_by_kind(stored)["vectors"] == 2 * 128 * stored["num_tokens"] + 128 * 10
+  index = reader.open_index(str(tmp_path / "none"), "full")
+  index.verify()
+  assert not index.has_vectors
+  queries = np.random.default_rng(1).integers(-8, 9, (8, 128)).astype(np.float32)
+  for got, expected in zip(index.search(queries, 10),
+                           reader.open_index(str(tmp_path / "stored")).search(queries, 10)):
+    np.testing.assert_array_equal(got, expected)
+  for refused in (lambda: index.doc_vectors([0]), lambda: index.search(queries, 10, "bruteforce")):
+    with pytest.raises(ValueError, match="exported with --store_vectors=none"):
+      refused()
+  with pytest.raises(ValueError, match="--store_vectors=none: it has no token vectors"):
+    index_writer.reprune(str(tmp_path / "none"), str(tmp_path / "repruned"), None)
+  assert "re-encoding from chunk 0 of 10" in index_writer.prepare_repair(str(tmp_path / "none"))
+  assert not list((tmp_path / "none/chunks").glob("chunk-*"))  # all re-encoded, then rebuilt
+  writer = _new_writer(tmp_path / "none", 40, 128, "float16", store_vectors=False)
+  _write_chunks(writer, doc_ids, docs, 4)
+  assert writer.finalize() == manifest
 
 
 def test_interrupted_finalize_resumes_to_identical_files(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from xtr import model_spec
 from xtr import retrieval
 from xtr import scoring
 from xtr import vocabularies
+from xtr.index import files
 from xtr.index import reader
 
 
@@ -153,6 +154,38 @@ def test_searcher_api_ranks_as_the_cli_encoding_each_query_alone(exported, scifa
   assert f"median over {NUM_QUERIES} queries: encode " in process.stderr
   with pytest.raises(TypeError, match="not one string"):
     xtr.Searcher(str(index_dir), str(model_dir)).search("what causes scurvy")
+
+
+def test_an_xtr_only_export_ranks_as_the_full_index_and_refuses_refinement(
+    exported, scifact_slice, t5_spm_path, tmp_path):
+  """xtr-export --store_vectors=none: sizes reported per kind and token, no vector files, the
+  same f_XTR' rankings as the float16 index, and refinement refused by flag."""
+  model_dir, index_dir = exported
+  out = tmp_path / "xtr_only"
+  process = subprocess.run(
+      [sys.executable, "-m", "xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+       f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+       "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64", f"--checkpoint={model_dir}",
+       f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={out}", "--docs_per_chunk=40",
+       "--store_vectors=none"],
+      capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  manifest = reader.open_index(str(out)).manifest
+  sizes = files.bytes_by_kind(manifest)
+  assert sizes["vectors"] == 0 and not list((out / "chunks").glob("vectors-*"))
+  for kind, size in sizes.items():
+    assert f"{kind:<9} {size:>14,} bytes {size / manifest['num_tokens']:8.1f} bytes/token" in (
+        process.stdout)
+  config = retrieval.SearchConfig(top_k=10, k_prime=50)
+  _, _, full = _search(exported, scifact_slice, config)
+  _, _, xtr_only = _search((model_dir, out), scifact_slice, config)
+  assert xtr_only.rankings == full.rankings
+  process = subprocess.run(
+      [sys.executable, "-m", "xtr.search", f"--index={out}", f"--checkpoint={model_dir}",
+       "--scoring=colbert"], input="scurvy\n", capture_output=True, text=True, cwd=REPO,
+      env={**os.environ, "XLA_FLAGS": ""}, check=False)
+  assert process.returncode != 0
+  assert "--scoring=colbert needs the token vectors" in process.stderr
+  assert "--store_vectors=none" in process.stderr
 
 
 def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_slice, tmp_path):

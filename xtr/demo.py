@@ -36,7 +36,7 @@ def _xtr(model_dir: str, data: evaluation.BeirData, config: retrieval.SearchConf
   index_dir = os.path.join(model_dir, "index")
   if not os.path.exists(os.path.join(index_dir, files.MANIFEST)):
     corpus = indexing.corpus_record(data.corpus_path, range(len(data.doc_ids)), len(data.doc_ids))
-    indexing.export(encoder, data.doc_ids, data.docs, index_dir, dtype="float16",
+    indexing.export(encoder, data.doc_ids, data.docs, index_dir, store_vectors="float16",
                     docs_per_chunk=500, corpus=corpus)
   return retrieval.search(encoder, reader.open_index(index_dir), data.queries, config)
 

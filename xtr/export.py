@@ -11,6 +11,11 @@ range of the corpus, and search fans out over the shards. ScaNN settings: `Scann
 export with another corpus or range is refused. A damaged index is repaired by rerunning the
 command with --repair. Two exports into one directory at once are refused (export.lock).
 
+--store_vectors=none writes an index for f_XTR' only: ScaNN and the document map, without the
+float token vectors that ColBERT's and ALIGNER's refinement, exact scoring and brute-force
+retrieval read (they are kept while the export runs, for resuming and for ScaNN, then deleted).
+The export prints the bytes of every kind of file, per token.
+
 ALIGNER (a checkpoint with salience heads): --prune_doc=0.2 puts only the top 20 % of each
 document's tokens by salience into ScaNN (the token-retrieval index); every token vector is still
 stored, for the refinement stage of `xtr-search --scoring=aligner`. Another pruning of a complete
@@ -35,7 +40,10 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None,
                                   "xtr-train model dir or checkpoint step dir.")
 _CORPUS = flags.DEFINE_string("corpus", None, "BEIR corpus.jsonl(.gz) ({_id, title, text}).")
 _OUT = flags.DEFINE_string("out", None, "Index directory to write.")
-_DTYPE = flags.DEFINE_enum("dtype", "float16", files.DTYPES, "Stored token vector dtype.")
+_STORE_VECTORS = flags.DEFINE_enum(
+    "store_vectors", "float16", files.STORE_VECTORS,
+    "Stored token vectors: their dtype, or none: an index for --scoring=xtr only (ScaNN and the "
+    "document map; no refinement, exact scoring or brute force).")
 _DOCS_PER_CHUNK = flags.DEFINE_integer("docs_per_chunk", 1000, "Documents per saved chunk.",
                                        lower_bound=1)
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards.",
@@ -73,8 +81,16 @@ def main(argv: Sequence[str]) -> None:
   else:
     manifest = _export(out_dir, prune_doc, complete)
   print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
-        f"of dim {manifest['dim']} ({manifest['dtype']}), {manifest['num_indexed_tokens']} of "
-        f"them in ScaNN ({files.scann_bytes(manifest):,} bytes).")
+        f"of dim {manifest['dim']}, {manifest['num_indexed_tokens']} of them in ScaNN.")
+  print(_sizes(manifest))
+
+
+def _sizes(manifest: dict) -> str:
+  """The bytes of the index's files by kind, and per token."""
+  sizes = files.bytes_by_kind(manifest)
+  rows = [f"  {kind:<9} {size:>14,} bytes {size / manifest['num_tokens']:8.1f} bytes/token"
+          for kind, size in (*sizes.items(), ("total", sum(sizes.values())))]
+  return "\n".join(rows)
 
 
 def _reprune(out_dir: str, prune_doc: float | None) -> dict:
@@ -117,8 +133,8 @@ def _export(out_dir: str, prune_doc: float | None, complete: bool) -> dict:
     raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
                          f"--checkpoint={_CHECKPOINT.value} has no salience heads (gin: "
                          "models.XTREncoder.salience).")
-  return indexing.export(encoder, doc_ids, texts, out_dir, _DTYPE.value, _DOCS_PER_CHUNK.value,
-                         record, prune_doc)
+  return indexing.export(encoder, doc_ids, texts, out_dir, _STORE_VECTORS.value,
+                         _DOCS_PER_CHUNK.value, record, prune_doc)
 
 
 def console_entry_point() -> None:

@@ -88,7 +88,7 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
   for i in unknown:
     print(f"Warning: query {i + 1} ({queries[i]!r}) has only tokens that the vocabulary does not "
           "know: its ranking carries no information.", file=sys.stderr, flush=True)
-  check_salience(config, token_index)
+  check_index(config, token_index)
   if config.scoring == "exact":
     q, q_mask, _ = _encode_queries(encoder, queries)
     return dataclasses.replace(_exact(token_index, q, q_mask, config), unknown_only=unknown)
@@ -126,11 +126,19 @@ def _encode_queries(encoder: encoding.Encoder, queries: Sequence[str]
   return q, q_mask, np.ones(q_mask.shape, np.float32) if u_q is None else u_q
 
 
-def check_salience(config: SearchConfig, token_index: reader.TokenIndex) -> None:
-  """Refuses salience pruning with an index whose model has no salience heads."""
+def check_index(config: SearchConfig, token_index: reader.TokenIndex) -> None:
+  """Refuses, naming the flag, what the index cannot do: salience pruning without salience
+  heads; refinement, exact scoring or brute-force retrieval without stored token vectors."""
   if config.prune_query is not None and not token_index.has_salience:
     raise ValueError(f"--prune_query={config.prune_query} prunes query tokens by salience, but "
                      f"the model of the index at {token_index.path} has no salience heads.")
+  if token_index.has_vectors:
+    return
+  for flag, value in (("scoring", config.scoring), ("searcher", config.searcher)):
+    if value in ("colbert", "aligner", "exact", "bruteforce"):
+      raise ValueError(f"--{flag}={value} needs the token vectors, but the index at "
+                       f"{token_index.path} was exported with --store_vectors=none: use "
+                       "--scoring=xtr --searcher=scann, or export with --store_vectors=float16.")
 
 
 def _retrieve(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
@@ -183,7 +191,7 @@ def search_alignments(encoder: encoding.Encoder, token_index: reader.TokenIndex,
   Returns:
     rankings[a][i]: query i's top_k (doc id, score) under alignments[a].
   """
-  check_salience(config, token_index)
+  check_index(config, token_index)
   q, q_mask, u_q = _encode_queries(encoder, queries)
   rankings = [[] for _ in alignments]
   for vectors, mask, u in tqdm.tqdm(zip(q, q_mask, u_q), total=len(q), desc="rescore",

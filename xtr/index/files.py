@@ -22,6 +22,9 @@ DOC_OFFSETS = "doc_offsets.npy"
 SCANN_TOKENS = "scann_tokens.npy"
 SCANN_DIR = "scann"
 DTYPES = ("float32", "float16")
+# `xtr-export --store_vectors`: the stored token vectors' dtype, or none (an index for f_XTR'
+# only: ScaNN and the document map, no float vectors for refinement or brute force).
+STORE_VECTORS = ("none", *DTYPES)
 SHARD_NAME = re.compile(r"shard-\d{5}-of-(\d{5})")
 
 
@@ -92,10 +95,25 @@ def record(path: str) -> dict[str, Any]:
   return {"sha256": sha256(path), "size": os.path.getsize(path)}
 
 
+def bytes_by_kind(manifest: dict[str, Any]) -> dict[str, int]:
+  """Bytes of an index's listed files by kind: "scann" (token retrieval: scann/ and
+  scann_tokens.npy), "vectors", "salience", "doc_index", "records" (chunk records, doc ids and
+  offsets)."""
+  kinds = {"vectors": "vectors", "salience": "salience", "doc_index": "doc_index"}
+  out = dict.fromkeys(("scann", "vectors", "salience", "doc_index", "records"), 0)
+  for path, record in manifest["files"].items():
+    if path.startswith(SCANN_DIR + "/") or path == SCANN_TOKENS:
+      kind = "scann"
+    else:
+      name = posixpath.basename(path).rsplit("-", 1)[0]
+      kind = kinds.get(name, "records") if path.endswith(".npy") else "records"
+    out[kind] += record["size"]
+  return out
+
+
 def scann_bytes(manifest: dict[str, Any]) -> int:
   """Bytes of the token-retrieval index: the scann/ files (and, pruned, scann_tokens.npy)."""
-  return sum(record["size"] for path, record in manifest["files"].items()
-             if path.startswith(SCANN_DIR + "/") or path == SCANN_TOKENS)
+  return bytes_by_kind(manifest)["scann"]
 
 
 def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -144,12 +162,17 @@ def check_manifest(manifest: Any, path: str) -> None:
     if (not isinstance(record, dict) or not isinstance(record.get("sha256"), str)
         or not isinstance(record.get("size"), int)):
       refuse(f"files[{relative!r}] needs a string sha256 and an integer size")
+  if not isinstance(manifest.get("vectors_stored", True), bool):
+    refuse("field 'vectors_stored' is not a boolean")
+  stored = manifest.get("vectors_stored", True)
   for i, chunk in enumerate(manifest["chunks"]):
-    if (not isinstance(chunk, dict) or chunk.get("file") not in manifest["files"]
+    if (not isinstance(chunk, dict) or ("file" in chunk) != stored
+        or chunk.get("file", chunk.get("doc_index_file")) not in manifest["files"]
         or chunk.get("doc_index_file") not in manifest["files"]
-        or chunk.get("salience_file", chunk["file"]) not in manifest["files"]
+        or chunk.get("salience_file", chunk["doc_index_file"]) not in manifest["files"]
         or not isinstance(chunk.get("num_tokens"), int)):
-      refuse(f"chunks[{i}] needs listed files and an integer num_tokens")
+      refuse(f"chunks[{i}] needs listed files (a vector file exactly when vectors_stored) and "
+             "an integer num_tokens")
   prune_doc = manifest.get("prune_doc")
   if prune_doc is not None and (
       not isinstance(prune_doc, (int, float)) or isinstance(prune_doc, bool)

@@ -36,9 +36,11 @@ class _Shard:
     self.doc_ids = self._read_doc_ids()
     self.doc_offsets = files.load_npy(os.path.join(path, files.DOC_OFFSETS),
                                       (self.num_docs + 1,), "int64")
+    self.has_vectors = self.manifest.get("vectors_stored", True)
     self._chunk_vectors = [
         files.load_npy(os.path.join(path, chunk["file"]), (chunk["num_tokens"], self.dim),
-                       self.manifest["dtype"]) for chunk in self.manifest["chunks"]]
+                       self.manifest["dtype"]) for chunk in self.manifest["chunks"]
+        if self.has_vectors]
     self.has_salience = bool(self.manifest["model"].get("salience"))
     if self.has_salience != all("salience_file" in c for c in self.manifest["chunks"]):
       raise files.DamagedIndexError(f"{manifest_path}: the model's salience and the chunks' "
@@ -70,6 +72,9 @@ class _Shard:
 
   def _chunks(self) -> list[np.ndarray]:
     """The chunks' token vectors [T_c, D] (memory-mapped), verified before their first use."""
+    if not self.has_vectors:
+      raise ValueError(f"the index at {self.path} was exported with --store_vectors=none: it "
+                       "holds no token vectors (only --scoring=xtr with --searcher=scann).")
     if self._unverified_chunks:
       self._verifier.check(self._unverified_chunks)
       self._unverified_chunks = []
@@ -85,7 +90,7 @@ class _Shard:
 
   def doc_saliences(self, docs: np.ndarray) -> list[np.ndarray]:
     """Local docs [k] -> their token saliences, one [len_i] float32 array each (an index with
-    salience)."""
+    salience and vectors)."""
     self._chunks()  # Verifies the salience files with the vectors.
     return self._gather(self._chunk_saliences, docs, np.float32)
 
@@ -191,6 +196,7 @@ class TokenIndex:
     self.num_indexed_tokens = sum(s.num_indexed_tokens for s in shards)
     self.scann_bytes = sum(files.scann_bytes(s.manifest) for s in shards)  # token retrieval
     self.has_salience = shards[0].has_salience
+    self.has_vectors = shards[0].has_vectors
 
   def verify(self) -> None:
     """Raises DamagedIndexError naming any file whose sha256 differs from the manifest's."""
@@ -263,7 +269,7 @@ def _sharded_manifest(shards: Sequence[_Shard]) -> dict[str, Any]:
   The shards must share the model, checkpoint and corpus, and hold consecutive document ranges
   of that corpus that together cover it.
   """
-  common = ("format", "dim", "dtype", "model", "fingerprint", "prune_doc")
+  common = ("format", "dim", "dtype", "model", "fingerprint", "prune_doc", "vectors_stored")
   first = shards[0].manifest
   corpus = {key: first["corpus"].get(key) for key in ("path", "sha256", "total_docs")}
   stop = 0
@@ -282,7 +288,7 @@ def _sharded_manifest(shards: Sequence[_Shard]) -> dict[str, Any]:
   if stop != corpus["total_docs"]:
     raise ValueError(f"the shards of {os.path.dirname(shards[0].path)} hold {stop} documents of "
                      f"a corpus of {corpus['total_docs']}.")
-  return {**{key: first.get(key) for key in common}, "corpus": corpus,
+  return {**{key: first[key] for key in common if key in first}, "corpus": corpus,
           "num_docs": sum(s.num_docs for s in shards),
           "num_tokens": sum(s.num_tokens for s in shards),
           "shards": [os.path.basename(s.path) for s in shards]}

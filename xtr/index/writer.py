@@ -69,7 +69,8 @@ class IndexWriter:
 
   def __init__(self, out_dir: str, dim: int, dtype: str, model: dict[str, Any],
                fingerprint: str, docs_per_chunk: int, corpus: dict[str, Any],
-               gin_config: str = "", prune_doc: float | None = None):
+               gin_config: str = "", prune_doc: float | None = None,
+               store_vectors: bool = True):
     """
     Args:
       model: the encoder as data (`xtr.model_spec.describe`, plus the encoder's lengths); a
@@ -78,6 +79,9 @@ class IndexWriter:
       gin_config: the exporting run's gin config, stored for provenance only (never parsed).
       prune_doc: β_d in (0, 1]: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by salience
         (None: all tokens).
+      store_vectors: keep the token vectors in the index (`dtype`). False: they are written in
+        `dtype` while the export runs (for resuming and for ScaNN) and deleted once the
+        manifest is written, which then records "vectors_stored": false.
     """
     if str(np.dtype(dtype)) not in files.DTYPES:
       raise ValueError(f"dtype {dtype} is not one of {files.DTYPES}")
@@ -95,7 +99,9 @@ class IndexWriter:
     self.settings = json.loads(json.dumps({
         "format": files.FORMAT, "dim": dim, "dtype": str(np.dtype(dtype)), "model": model,
         "fingerprint": fingerprint, "docs_per_chunk": docs_per_chunk, "corpus": corpus,
-        "gin_config": gin_config, "prune_doc": prune_doc}))
+        "gin_config": gin_config, "prune_doc": prune_doc,
+        # Only when false, so that the settings of other exports stay as they were.
+        **({} if store_vectors else {"vectors_stored": False})}))
     self._check_or_write_settings()
     self._next_chunk = self.completed_chunks()
 
@@ -205,9 +211,9 @@ class IndexWriter:
     if not sum(lengths):
       raise ValueError(f"{self.out_dir}: no document tokens were written")
     vectors = np.concatenate(
-        [files.load_npy(os.path.join(self.out_dir, c["file"]),
+        [files.load_npy(files.chunk_files(self.out_dir, i)["vectors"],
                         (c["num_tokens"], self.settings["dim"]), self.settings["dtype"])
-         for c in chunks], dtype=np.float32)
+         for i, c in enumerate(chunks)], dtype=np.float32)
     indexed = self._indexed_tokens(chunks, lengths)
     if indexed is not None:
       vectors = vectors[indexed]
@@ -230,6 +236,9 @@ class IndexWriter:
                 "num_indexed_tokens": num_indexed, "scann": scann_settings, "chunks": chunks,
                 "files": dict(sorted(listed.items()))}
     files.write_json(os.path.join(self.out_dir, files.MANIFEST), manifest)
+    if not self.settings.get("vectors_stored", True):
+      for chunk in range(self._next_chunk):
+        os.remove(files.chunk_files(self.out_dir, chunk)["vectors"])
     return manifest
 
   def _indexed_tokens(self, chunks: list[dict[str, Any]], lengths: list[int]) -> np.ndarray | None:
@@ -264,6 +273,8 @@ class IndexWriter:
     entry = {"file": os.path.relpath(paths["vectors"], self.out_dir),
              "doc_index_file": os.path.relpath(paths["doc_index"], self.out_dir),
              "num_docs": len(meta["doc_ids"]), "num_tokens": sum(meta["doc_lengths"])}
+    if not self.settings.get("vectors_stored", True):
+      del listed[entry.pop("file")]
     if "salience" in meta:
       entry["salience_file"] = os.path.relpath(paths["salience"], self.out_dir)
     return entry
@@ -287,6 +298,9 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
                             "index.")
   source = files.read_json(manifest_path)
   files.check_manifest(source, manifest_path)
+  if not source.get("vectors_stored", True):
+    raise ValueError(f"{source_dir} was exported with --store_vectors=none: it has no token "
+                     "vectors to build another ScaNN from. Export from the corpus instead.")
   writer = IndexWriter(out_dir, source["dim"], source["dtype"], source["model"],
                        source["fingerprint"], source["docs_per_chunk"], source["corpus"],
                        source["gin_config"], prune_doc)
@@ -324,14 +338,17 @@ def prepare_repair(out_dir: str) -> str:
       damaged.append(relative)
   chunk_records = lambda c: os.path.relpath(files.chunk_files(out_dir, c)["chunk"], out_dir)
   bad_chunks = [c for c, chunk in enumerate(manifest["chunks"])
-                if {chunk["file"], chunk["doc_index_file"], chunk.get("salience_file"),
+                if {chunk.get("file"), chunk["doc_index_file"], chunk.get("salience_file"),
                     chunk_records(c)} & set(damaged)]
   first_bad = bad_chunks[0] if bad_chunks else len(manifest["chunks"])
+  if not manifest.get("vectors_stored", True):
+    first_bad = 0  # Rebuilding ScaNN needs every token vector: re-encode them all.
   os.remove(os.path.join(out_dir, files.MANIFEST))
   for chunk in range(first_bad, len(manifest["chunks"])):
     if os.path.exists(files.chunk_files(out_dir, chunk)["chunk"]):
       os.remove(files.chunk_files(out_dir, chunk)["chunk"])
-  if not damaged:
+  if first_bad == len(manifest["chunks"]):
     return f"{out_dir}: every file verifies; rebuilding ScaNN, doc ids and offsets."
-  return (f"{out_dir}: damaged {damaged}; re-encoding from chunk {first_bad} of "
+  found = f"damaged {damaged}" if damaged else "every file verifies (no stored vectors)"
+  return (f"{out_dir}: {found}; re-encoding from chunk {first_bad} of "
           f"{len(manifest['chunks'])}, then rebuilding ScaNN, doc ids and offsets.")
