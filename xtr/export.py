@@ -21,7 +21,8 @@ document's tokens by salience into ScaNN (the token-retrieval index); every toke
 stored, for the refinement stage of `xtr-search --scoring=aligner`. Another pruning of a complete
 index needs no re-encoding: --from_index=INDEX_DIR --prune_doc=0.1 --out=NEW_DIR links INDEX_DIR's
 chunks into NEW_DIR and builds only ScaNN (no --checkpoint or --corpus; with --num_shards, once
-per --shard_id as above).
+per --shard_id as above). The same, without --prune_doc and with other `ScannConfig` gin
+bindings, gives another ScaNN of the same vectors (e.g. 2 dimensions per block).
 """
 import os
 from typing import Sequence
@@ -108,6 +109,7 @@ def _reprune(out_dir: str, prune_doc: float | None) -> dict:
   if prune_doc is not None and not (isinstance(model, dict) and model.get("salience")):
     raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
                          f"--from_index={source} has no salience heads.")
+  cli.parse_gin()  # ScannConfig: another ScaNN of the same vectors.
   print(f"Linking the chunks of {source} into {out_dir}; building its ScaNN index.", flush=True)
   return writer.reprune(source, out_dir, prune_doc)
 
