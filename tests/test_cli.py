@@ -42,7 +42,7 @@ def _run(module: str, *args: str, stdin: str = "") -> subprocess.CompletedProces
     ("xtr.export", ["--corpus", "--repair", "--docs_per_chunk", "--prune_doc", "--from_index",
                     "--store_vectors"]),
     ("xtr.search", ["--queries", "--format", "--k_prime", "--verify", "--vocabulary",
-                    "--alignment", "--prune_query"]),
+                    "--alignment", "--prune_query", "--leaves_to_search"]),
     ("xtr.adapt_alignment", ["--shots", "--strategies", "--alignment", "--k_prime"]),
     ("xtr.show_alignment", ["--query_id", "--doc_id", "--beta_q", "--num_aligned", "--verify"]),
     ("xtr.eval_beir", ["--data_dir", "--run_file", "--impute", "--verify"]),

@@ -149,6 +149,9 @@ def define_search_flags(scoring_only: str | None = None
       "tokens (a model with salience heads). Default: all of them.")
   searcher = flags.DEFINE_enum("searcher", defaults.searcher, ("scann", "bruteforce"),
                                "Token retrieval: the ScaNN index or exact brute force.")
+  leaves_to_search = flags.DEFINE_integer(
+      "leaves_to_search", None, "ScaNN partitions searched per query token (default: the "
+      "index's, as built; more is slower and closer to exact).", lower_bound=1)
 
   def read() -> retrieval.SearchConfig:
     impute_value = defaults.impute if scoring_only else impute.value
@@ -166,6 +169,7 @@ def define_search_flags(scoring_only: str | None = None
     if prune_query.value is not None and not 0 < prune_query.value <= 1:
       raise flags.ValidationError(f"--prune_query={prune_query.value} is not in (0, 1].")
     return retrieval.SearchConfig(top_k.value, k_prime.value, scoring_only or scoring.value,
-                                  impute_value, searcher.value, parsed, prune_query.value)
+                                  impute_value, searcher.value, parsed, prune_query.value,
+                                  leaves_to_search.value)
 
   return read

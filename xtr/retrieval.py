@@ -43,6 +43,7 @@ class SearchConfig:
     alignment: the sparse alignment of "aligner" refinement.
     prune_query: β_q in (0, 1]: only the most salient ⌈β_q·n⌉ query tokens retrieve tokens
       (None: all of them); needs a model with salience heads.
+    leaves_to_search: ScaNN partitions searched per query token (None: the index's, as built).
   """
   top_k: int = 100
   k_prime: int = 1000
@@ -51,12 +52,15 @@ class SearchConfig:
   searcher: str = "scann"
   alignment: alignment_lib.Alignment = alignment_lib.Alignment()
   prune_query: float | None = None
+  leaves_to_search: int | None = None
 
   def __post_init__(self):
     if self.scoring not in SCORINGS:
       raise ValueError(f"scoring must be one of {SCORINGS}, got {self.scoring!r}")
     if self.prune_query is not None and not 0 < self.prune_query <= 1:
       raise ValueError(f"prune_query must be in (0, 1], got {self.prune_query}")
+    if self.leaves_to_search is not None and self.leaves_to_search < 1:
+      raise ValueError(f"leaves_to_search must be positive, got {self.leaves_to_search}")
 
 
 @dataclasses.dataclass
@@ -148,7 +152,8 @@ def _retrieve(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
   retrieving = q_mask.copy()
   if config.prune_query is not None:
     retrieving[q_mask] = salience.kept(u_q[q_mask], config.prune_query)
-  return token_index.search(q[retrieving], config.k_prime, config.searcher)
+  return token_index.search(q[retrieving], config.k_prime, config.searcher,
+                            config.leaves_to_search)
 
 
 def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,

@@ -120,8 +120,10 @@ class _Shard:
     return (np.where(tokens >= 0, docs, -1).astype(np.int32),
             np.where(tokens >= 0, positions, -1).astype(np.int32))
 
-  def search_scann(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none)."""
+  def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none);
+    `leaves_to_search` partitions per query (None: as built)."""
     if self._scann is None:
       names = scann.listed_names(self.manifest["files"])
       self._verifier.check(f"{files.SCANN_DIR}/{name}" for name in sorted(names))
@@ -129,7 +131,8 @@ class _Shard:
     reorder_k = self.manifest["scann"]["reorder_k"]
     tokens, scores = self._scann.search_batched_parallel(
         queries, final_num_neighbors=k,
-        pre_reorder_num_neighbors=max(reorder_k, k) if reorder_k else None)
+        pre_reorder_num_neighbors=max(reorder_k, k) if reorder_k else None,
+        leaves_to_search=leaves_to_search)
     missing = np.isnan(scores)  # ScaNN found fewer than k tokens.
     tokens = np.where(missing, -1, tokens.astype(np.int64))
     return np.where(missing, -np.inf, scores).astype(np.float32), self._unpruned(tokens)
@@ -228,13 +231,14 @@ class TokenIndex:
         out[i] = array
     return out
 
-  def search(self, query_vectors: np.ndarray, k_prime: int,
-             searcher: str = "scann") -> tuple[np.ndarray, np.ndarray]:
+  def search(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann",
+             leaves_to_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores [Q, k'], doc_index [Q, k']) of `search_tokens` (which see)."""
-    scores, doc_index, _ = self.search_tokens(query_vectors, k_prime, searcher)
+    scores, doc_index, _ = self.search_tokens(query_vectors, k_prime, searcher, leaves_to_search)
     return scores, doc_index
 
-  def search_tokens(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann"
+  def search_tokens(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann",
+                    leaves_to_search: int | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Retrieves the top-k' document tokens of each query token by dot product.
 
@@ -242,6 +246,8 @@ class TokenIndex:
       query_vectors: [Q, D] float32 query token vectors.
       k_prime: tokens to retrieve per query token.
       searcher: "scann" (approximate, as built) or "bruteforce" (exact, JAX).
+      leaves_to_search: ScaNN partitions searched per query token (None: as built; more is
+        slower and closer to exact).
 
     Returns:
       scores: [Q, k'] float32, descending; -inf where fewer than k' tokens were found.
@@ -254,12 +260,13 @@ class TokenIndex:
                        f"{self.path}: index dim {self.dim} vs query dim {queries.shape[-1]}")
     if k_prime < 1:
       raise ValueError(f"k_prime must be positive, got {k_prime}")
-    searchers = {"scann": _Shard.search_scann, "bruteforce": _Shard.search_exact}
+    searchers = {
+        "scann": lambda shard: shard.search_scann(queries, k_prime, leaves_to_search),
+        "bruteforce": lambda shard: shard.search_exact(queries, k_prime)}
     if searcher not in searchers:
       raise ValueError(f"searcher must be one of {list(searchers)}, got {searcher!r}")
-    search = searchers[searcher]
     results = [(scores, *shard.locate(tokens)) for shard in self._shards
-               for scores, tokens in [search(shard, queries, k_prime)]]
+               for scores, tokens in [searchers[searcher](shard)]]
     return _merge_shards(results, self._doc_starts, k_prime)
 
 
