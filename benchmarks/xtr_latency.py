@@ -1,0 +1,92 @@
+"""XTR search on one machine: nDCG@10 against latency over k' and ScaNN leaves searched, and the
+end-to-end time of a lone query.
+
+  .venv/bin/python benchmarks/xtr_latency.py INDEX_DIR CHECKPOINT DATA_DIR OUT_PREFIX \
+      [K_PRIMES=100,1000,4000,40000] [LEAVES=0,200,400]
+
+LEAVES 0 means the index's own setting. For every (k', leaves) the test queries are searched one
+at a time (f_XTR', as `xtr-eval-beir --scoring=xtr`); the table gives nDCG@10, Recall@100, the
+median and p95 of search + scoring, and queries/s (1000 / mean ms). The last row encodes each
+query alone (a 1-row batch) at the index's settings and k' = 1000: the end-to-end time a user of
+`xtr-search` waits. Writes OUT_PREFIX.json, OUT_PREFIX.md and OUT_PREFIX.png (nDCG@10 against
+median ms, one line per leaves setting); peak RSS is the process's at the end.
+"""
+import json
+import resource
+import sys
+
+import matplotlib
+import numpy as np
+
+from xtr import evaluation
+from xtr import retrieval
+from xtr import searcher
+
+matplotlib.use("Agg")
+from matplotlib import pyplot as plt  # pylint: disable=wrong-import-position
+
+
+def _row(data: evaluation.BeirData, results: retrieval.Results, **settings) -> dict:
+  metrics = evaluation.evaluate(data.qrels, {q: dict(r) for q, r in
+                                              zip(data.query_ids, results.rankings)})
+  row = {**settings, "ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"],
+         "p50_ms": float(np.median(results.latency_ms)),
+         "p95_ms": float(np.percentile(results.latency_ms, 95)),
+         "queries_per_s": float(1000 / np.mean(results.latency_ms))}
+  if results.encode_ms is not None:
+    total = results.encode_ms + results.latency_ms
+    row |= {"encode_p50_ms": float(np.median(results.encode_ms)),
+            "end_to_end_p50_ms": float(np.median(total))}
+  print(row, file=sys.stderr, flush=True)
+  return row
+
+
+def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
+         k_primes: str = "100,1000,4000,40000", leaves: str = "0,200,400") -> None:
+  encoder, token_index = searcher.open_for_search(index_dir, checkpoint)
+  data = evaluation.load_beir(data_dir, "test")
+  rows = []
+  for leaves_to_search in [int(v) or None for v in leaves.split(",")]:
+    for k_prime in map(int, k_primes.split(",")):
+      config = retrieval.SearchConfig(top_k=100, k_prime=k_prime,
+                                      leaves_to_search=leaves_to_search)
+      results = retrieval.search(encoder, token_index, data.queries, config, progress=False)
+      rows.append(_row(data, results, k_prime=k_prime, leaves=leaves_to_search or "built"))
+  results = retrieval.search(encoder, token_index, data.queries,
+                             retrieval.SearchConfig(top_k=100, k_prime=1000), encode_alone=True,
+                             progress=False)
+  rows.append(_row(data, results, k_prime=1000, leaves="built", encode="alone"))
+  peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  report = {"index": index_dir, "checkpoint": checkpoint, "data_dir": data_dir,
+            "num_leaves": token_index.manifest["scann"]["num_leaves"],
+            "leaves_built": token_index.manifest["scann"]["num_leaves_to_search"],
+            "peak_rss_mb": peak_rss_mb, "rows": rows}
+  with evaluation.atomic_open(out + ".json") as f:
+    json.dump(report, f, indent=1)
+  lines = ["| k' | leaves | nDCG@10 | R@100 | p50 ms | p95 ms | queries/s | end to end p50 ms |",
+           "|---|---|---|---|---|---|---|---|"]
+  lines += [f"| {r['k_prime']} | {r['leaves']} | {r['ndcg@10']:.4f} | {r['recall@100']:.3f} | "
+            f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['queries_per_s']:.0f} | "
+            f"{r.get('end_to_end_p50_ms', float('nan')):.1f} |" for r in rows]
+  lines.append(f"\nPeak RSS {peak_rss_mb:.0f} MB; {report['num_leaves']} leaves, "
+               f"{report['leaves_built']} searched as built.")
+  with evaluation.atomic_open(out + ".md") as f:
+    f.write("\n".join(lines) + "\n")
+  print("\n".join(lines))
+  figure, axes = plt.subplots(figsize=(6, 4))
+  for leaves_setting in dict.fromkeys(r["leaves"] for r in rows if "encode" not in r):
+    line = [r for r in rows if r["leaves"] == leaves_setting and "encode" not in r]
+    axes.plot([r["p50_ms"] for r in line], [r["ndcg@10"] for r in line], "o-",
+              label=f"leaves {leaves_setting}")
+    for r in line:
+      axes.annotate(f"k'={r['k_prime']}", (r["p50_ms"], r["ndcg@10"]), fontsize=7)
+  axes.set_xscale("log")
+  axes.set_xlabel("median search + scoring ms per query (log)")
+  axes.set_ylabel("nDCG@10")
+  axes.legend()
+  figure.tight_layout()
+  figure.savefig(out + ".png", dpi=120)
+
+
+if __name__ == "__main__":
+  main(*sys.argv[1:])
