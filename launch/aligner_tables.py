@@ -2,8 +2,8 @@
 
   .venv/bin/python launch/aligner_tables.py runs/aligner [FIGURES_DIR]
 
-Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir) and OUT_DIR/entropy_lp/adapt.json
-(xtr-adapt-alignment); writes FIGURES_DIR (default OUT_DIR)/aligner_pruning.png (Figure 7
+Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir), OUT_DIR/<model>/adapt.json
+(xtr-adapt-alignment) and OUT_DIR/relu/nfcorpus/ (launch/aligner_nfcorpus.sh); writes FIGURES_DIR (default OUT_DIR)/aligner_pruning.png (Figure 7
 analog: nDCG@10 against β_d, one line per β_q) and aligner_salience.png (Figure 6 analog:
 nDCG@10 against β_d, one line per salience variant). Pruning cells not run yet show as "—";
 variant rows appear once measured.
@@ -59,19 +59,30 @@ def main(out: pathlib.Path, figures: pathlib.Path) -> None:
     for label, _, prefix in BETA_D:
       if prefix != "top1_d0.4":
         print(row(f"{variant}, {label}", load(out / variant / f"{prefix}_q1_k100.json")))
-  adapt = load(out / "entropy_lp" / "adapt.json")
-  if adapt:
-    print("\nAlignment strategies (unpruned, nDCG@10)\n")
-    print("| " + " | ".join(adapt["strategies"]) + " |\n" + "|---" * len(adapt["strategies"])
-          + "|")
-    print("| " + " | ".join(f"{v:.4f}" for v in adapt["strategies"].values()) + " |")
-    a = adapt["adapted"]
-    print(f"\nFew-shot adaptation ({len(adapt['folds'])} folds of {adapt['shots']}): "
-          f"{a['mean']:.4f} ± {a['std']:.4f}; default {adapt['default']['strategy']} "
-          f"{adapt['default']['ndcg@10']:.4f}; oracle {adapt['oracle']['strategy']} "
-          f"{adapt['oracle']['ndcg@10']:.4f}; chosen {adapt['chosen_counts']}")
+  print("\nNFCorpus test, the SciFact-trained relu model (top-1, k' = 1000)\n\n"
+        + HEAD.format("β_d"))
+  for label, index in (("100 %", "index"), ("20 %", "index_d0.2")):
+    print(row(label, load(out / "relu" / "nfcorpus" / f"top1_{index}.json")))
+  for label, path in (("entropy_lp, SciFact", out / "entropy_lp" / "adapt.json"),
+                      ("relu, SciFact", out / "relu" / "adapt.json"),
+                      ("relu, NFCorpus", out / "relu" / "nfcorpus" / "adapt.json")):
+    print_adaptation(label, load(path))
   plot_pruning(pruning, figures / "aligner_pruning.png")
   plot_variants(variants, figures / "aligner_salience.png")
+
+
+def print_adaptation(label: str, adapt: dict | None) -> None:
+  """Every strategy's nDCG@10 and the few-shot result of an xtr-adapt-alignment report."""
+  if adapt is None:
+    return
+  print(f"\nAlignment strategies ({label}, unpruned, nDCG@10)\n")
+  print("| " + " | ".join(adapt["strategies"]) + " |\n" + "|---" * len(adapt["strategies"]) + "|")
+  print("| " + " | ".join(f"{v:.4f}" for v in adapt["strategies"].values()) + " |")
+  a = adapt["adapted"]
+  print(f"\nFew-shot adaptation ({len(adapt['folds'])} folds of {adapt['shots']}): "
+        f"{a['mean']:.4f} ± {a['std']:.4f}; default {adapt['default']['strategy']} "
+        f"{adapt['default']['ndcg@10']:.4f}; oracle {adapt['oracle']['strategy']} "
+        f"{adapt['oracle']['ndcg@10']:.4f}; chosen {adapt['chosen_counts']}")
 
 
 def plot_pruning(pruning: dict, path: pathlib.Path) -> None:
