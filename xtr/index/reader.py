@@ -168,8 +168,11 @@ def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
 
   Returns:
     (scores [Q, k] float32, global doc index [Q, k] int32, position [Q, k] int32); ties keep
-    shard order.
+    shard order. One shard's lists are returned as they are (no sort).
   """
+  if len(results) == 1:
+    scores, docs, positions = results[0]
+    return scores, docs.astype(np.int32), positions.astype(np.int32)
   scores = np.concatenate([s for s, _, _ in results], axis=1)
   docs = np.concatenate([np.where(d >= 0, d + start, -1) for (_, d, _), start in
                          zip(results, doc_starts)], axis=1)
