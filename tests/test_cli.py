@@ -167,6 +167,19 @@ def test_invalid_utf8_queries_name_file_line_and_byte(tmp_path):
     beir_files.read_queries(str(path))
 
 
+@pytest.mark.parametrize("run_file", sorted(p.name for p in (REPO / "gin/runs").glob("*.gin")))
+def test_every_run_config_parses(run_file):
+  """Includes resolve and every binding names a known configurable and parameter (the paths
+  that MS MARCO runs require are given as their usage lines say)."""
+  gin.clear_config()
+  gin.add_config_file_search_path(str(REPO))
+  paths = [f"{macro} = '/path'" for macro in ("MODEL_DIR", "TRIPLES_PATH", "PRETRAINED_PATH")]
+  try:
+    gin.parse_config_files_and_bindings([str(REPO / "gin/runs" / run_file)], paths)
+  finally:
+    gin.clear_config()
+
+
 @pytest.mark.parametrize("binding, message", [
     ("trainer.train.num_steps = 'five'", "trainer.train.num_steps = 'five': expected int, got str"),
     ("trainer.train.batch_size = 16.0", "trainer.train.batch_size = 16.0: expected int, got float"),
