@@ -297,6 +297,9 @@ def test_an_index_without_vectors_searches_as_the_stored_one(tmp_path):
       refused()
   with pytest.raises(ValueError, match="--store_vectors=none: it has no token vectors"):
     index_writer.reprune(str(tmp_path / "none"), str(tmp_path / "repruned"), None)
+  (tmp_path / "none/chunks/vectors-00003.npy").write_bytes(b"left by a kill")
+  index_writer.drop_unstored_vectors(str(tmp_path / "none"), manifest)
+  assert not list((tmp_path / "none/chunks").glob("vectors-*"))
   assert "re-encoding from chunk 0 of 10" in index_writer.prepare_repair(str(tmp_path / "none"))
   assert not list((tmp_path / "none/chunks").glob("chunk-*"))  # all re-encoded, then rebuilt
   writer = _new_writer(tmp_path / "none", 40, 128, "float16", store_vectors=False)

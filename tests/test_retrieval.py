@@ -177,19 +177,23 @@ def test_an_xtr_only_export_ranks_as_the_full_index_and_refuses_refinement(
   same f_XTR' rankings as the float16 index, and refinement refused by flag."""
   model_dir, index_dir = exported
   out = tmp_path / "xtr_only"
-  process = subprocess.run(
+  export = lambda: subprocess.run(
       [sys.executable, "-m", "xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
        f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
        "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64", f"--checkpoint={model_dir}",
        f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={out}", "--docs_per_chunk=40",
        "--store_vectors=none"],
       capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  process = export()
   manifest = reader.open_index(str(out)).manifest
   sizes = files.bytes_by_kind(manifest)
   assert sizes["vectors"] == 0 and not list((out / "chunks").glob("vectors-*"))
   for kind, size in sizes.items():
     assert f"{kind:<9} {size:>14,} bytes {size / manifest['num_tokens']:8.1f} bytes/token" in (
         process.stdout)
+  (out / "chunks/vectors-00001.npy").write_bytes(b"left by a kill after the manifest")
+  assert "already a complete index" in export().stdout
+  assert not list((out / "chunks").glob("vectors-*"))
   config = retrieval.SearchConfig(top_k=10, k_prime=50)
   _, _, full = _search(exported, scifact_slice, config)
   _, _, xtr_only = _search((model_dir, out), scifact_slice, config)

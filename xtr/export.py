@@ -71,6 +71,7 @@ def main(argv: Sequence[str]) -> None:
     out_dir = files.shard_path(out_dir, _SHARD_ID.value, _NUM_SHARDS.value)
   complete = os.path.exists(os.path.join(out_dir, files.MANIFEST))
   if complete and not _REPAIR.value:
+    writer.drop_unstored_vectors(out_dir, files.read_json(os.path.join(out_dir, files.MANIFEST)))
     print(f"{out_dir} is already a complete index; nothing to do (--repair verifies it and "
           "redoes what is damaged).")
     return

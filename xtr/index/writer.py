@@ -236,9 +236,7 @@ class IndexWriter:
                 "num_indexed_tokens": num_indexed, "scann": scann_settings, "chunks": chunks,
                 "files": dict(sorted(listed.items()))}
     files.write_json(os.path.join(self.out_dir, files.MANIFEST), manifest)
-    if not self.settings.get("vectors_stored", True):
-      for chunk in range(self._next_chunk):
-        os.remove(files.chunk_files(self.out_dir, chunk)["vectors"])
+    drop_unstored_vectors(self.out_dir, manifest)
     return manifest
 
   def _indexed_tokens(self, chunks: list[dict[str, Any]], lengths: list[int]) -> np.ndarray | None:
@@ -278,6 +276,17 @@ class IndexWriter:
     if "salience" in meta:
       entry["salience_file"] = os.path.relpath(paths["salience"], self.out_dir)
     return entry
+
+
+def drop_unstored_vectors(out_dir: str, manifest: dict[str, Any]) -> None:
+  """Deletes the vector chunks of a complete index whose manifest says they are not stored
+  (written for the export's sake, or left by a kill between the manifest and their deletion)."""
+  if manifest.get("vectors_stored", True):
+    return
+  for chunk in range(len(manifest["chunks"])):
+    path = files.chunk_files(out_dir, chunk)["vectors"]
+    if os.path.exists(path):
+      os.remove(path)
 
 
 def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
