@@ -79,8 +79,11 @@ for beta_q in 1 0.5 0.3; do
   done
   evaluate $model index "top1_q$beta_q" --prune_query=$beta_q
 done
-[[ -f $out/$model/example.md ]] || $bin/xtr-show-alignment --data_dir=$data --split=test \
-  --index=$out/$model/index --checkpoint=$out/$model --query_id=148 --out=$out/$model/example.md
-[[ -f $out/$model/example.html ]] || $bin/xtr-show-alignment --data_dir=$data --split=test \
-  --index=$out/$model/index --checkpoint=$out/$model --query_id=148 --out=$out/$model/example.html
+for model in entropy_lp relu; do
+  for format in md html; do
+    [[ -f $out/$model/example.$format ]] || $bin/xtr-show-alignment --data_dir=$data --split=test \
+      --index=$out/$model/index --checkpoint=$out/$model --query_id=148 \
+      --out=$out/$model/example.$format
+  done
+done
 $bin/python launch/aligner_tables.py "$out" | tee "$out/tables.md"
