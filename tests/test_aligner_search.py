@@ -124,7 +124,8 @@ def test_query_pruning_retrieves_with_the_most_salient_query_tokens(aligner_inde
   _, q_mask, u_q = encoder.encode_queries(queries)
   searched = []
   search = pruned.search
-  monkeypatch.setattr(pruned, "search", lambda v, k, s: searched.append(v) or search(v, k, s))
+  monkeypatch.setattr(pruned, "search",
+                      lambda v, *args: searched.append(v) or search(v, *args))
   config = retrieval.SearchConfig(top_k=5, k_prime=20, scoring="aligner", prune_query=0.5)
   retrieval.search(encoder, pruned, queries, config)
   q, _, _ = encoder.encode_queries(queries)
