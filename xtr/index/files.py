@@ -99,14 +99,15 @@ def bytes_by_kind(manifest: dict[str, Any]) -> dict[str, int]:
   """Bytes of an index's listed files by kind: "scann" (token retrieval: scann/ and
   scann_tokens.npy), "vectors", "salience", "doc_index", "records" (chunk records, doc ids and
   offsets)."""
-  kinds = {"vectors": "vectors", "salience": "salience", "doc_index": "doc_index"}
   out = dict.fromkeys(("scann", "vectors", "salience", "doc_index", "records"), 0)
   for path, record in manifest["files"].items():
+    chunk_kind = posixpath.basename(path).rsplit("-", 1)[0]  # chunks/<kind>-00000.npy
     if path.startswith(SCANN_DIR + "/") or path == SCANN_TOKENS:
       kind = "scann"
+    elif path.endswith(".npy") and chunk_kind in ("vectors", "salience", "doc_index"):
+      kind = chunk_kind
     else:
-      name = posixpath.basename(path).rsplit("-", 1)[0]
-      kind = kinds.get(name, "records") if path.endswith(".npy") else "records"
+      kind = "records"
     out[kind] += record["size"]
   return out
 
