@@ -102,9 +102,9 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
   for i, (vectors, mask, u, encode_time) in enumerate(tqdm.tqdm(
       encoded, total=len(queries), desc="search", unit="query", disable=not progress)):
     if i == 0:
-      _warm_up(token_index, vectors, mask, u, config)
+      warm_up(token_index, vectors, mask, u, config)
     start = time.perf_counter()
-    doc_index, scores = _rank_one(token_index, vectors, mask, u, config)
+    doc_index, scores = rank(token_index, vectors, mask, u, config)
     latency_ms.append(1000 * (time.perf_counter() - start))
     encode_ms.append(encode_time)
     rankings.append(_named(token_index.doc_ids, doc_index, scores))
@@ -112,11 +112,11 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
                  np.asarray(encode_ms) if encode_alone else None)
 
 
-def _warm_up(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+def warm_up(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
              u_q: np.ndarray, config: SearchConfig) -> None:
   """Runs one query (q [n, D], q_mask [n], u_q [n]) and, for f_XTR', compiles the scoring of
   every bucket of up to n retrieving tokens: no latency includes loading or compilation."""
-  _rank_one(token_index, q, q_mask, u_q, config)
+  rank(token_index, q, q_mask, u_q, config)
   if config.scoring == "xtr":
     for rows in range(8, len(q_mask) + 8, 8):
       empty = np.zeros((rows, config.k_prime), np.float32)
@@ -168,7 +168,7 @@ def _retrieve(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
                             config.leaves_to_search)
 
 
-def _rank_one(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
+def rank(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
               config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
   """One query (q [n, D], q_mask [n], saliences u_q [n]) -> its top_k (doc_index [top_k],
   scores [top_k])."""
