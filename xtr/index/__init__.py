@@ -20,7 +20,7 @@ One index directory (a sharded export writes one per shard, `files.shard_path(ro
                               every file above with its sha256 and size
   verified.json               written by readers: which large files were verified, when (`verify`)
 
-Modules: `files` (layout, atomic writes, checksums), `scann` (build, write and load ScaNN without
-pickle), `exact` (brute-force token search), `writer` (`IndexWriter`, resumable), `verify`
+Modules: `files` (layout, atomic writes, checksums), `scann` (build and serialize ScaNN),
+`scann_search` (load ScaNN without pickle or TensorFlow, search it), `exact` (brute-force token search), `writer` (`IndexWriter`, resumable), `verify`
 (checking files against the manifest) and `reader` (`open_index`, `TokenIndex`).
 """

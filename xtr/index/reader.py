@@ -13,7 +13,7 @@ import numpy as np
 
 from xtr.index import exact
 from xtr.index import files
-from xtr.index import scann
+from xtr.index import scann_search
 from xtr.index import verify as verify_lib
 
 class _Shard:
@@ -120,19 +120,17 @@ class _Shard:
     return (np.where(tokens >= 0, docs, -1).astype(np.int32),
             np.where(tokens >= 0, positions, -1).astype(np.int32))
 
-  def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
+  def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None,
+                   threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none);
-    `leaves_to_search` partitions per query (None: as built)."""
+    `leaves_to_search` partitions per query (None: as built), queries spread over `threads`."""
     if self._scann is None:
-      names = scann.listed_names(self.manifest["files"])
+      names = scann_search.listed_names(self.manifest["files"])
       self._verifier.check(f"{files.SCANN_DIR}/{name}" for name in sorted(names))
-      self._scann = scann.load(os.path.join(self.path, files.SCANN_DIR), names)
-    reorder_k = self.manifest["scann"]["reorder_k"]
-    tokens, scores = self._scann.search_batched_parallel(
-        queries, final_num_neighbors=k,
-        pre_reorder_num_neighbors=max(reorder_k, k) if reorder_k else None,
-        leaves_to_search=leaves_to_search)
+      self._scann = scann_search.load(os.path.join(self.path, files.SCANN_DIR), names)
+    tokens, scores = scann_search.search(self._scann, queries, k,
+                                         self.manifest["scann"]["reorder_k"], leaves_to_search,
+                                         threads)
     missing = np.isnan(scores)  # ScaNN found fewer than k tokens.
     tokens = np.where(missing, -1, tokens.astype(np.int64))
     return np.where(missing, -np.inf, scores).astype(np.float32), self._unpruned(tokens)
@@ -235,13 +233,15 @@ class TokenIndex:
     return out
 
   def search(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann",
-             leaves_to_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+             leaves_to_search: int | None = None, threads: int = 1
+             ) -> tuple[np.ndarray, np.ndarray]:
     """(scores [Q, k'], doc_index [Q, k']) of `search_tokens` (which see)."""
-    scores, doc_index, _ = self.search_tokens(query_vectors, k_prime, searcher, leaves_to_search)
+    scores, doc_index, _ = self.search_tokens(query_vectors, k_prime, searcher, leaves_to_search,
+                                              threads)
     return scores, doc_index
 
   def search_tokens(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann",
-                    leaves_to_search: int | None = None
+                    leaves_to_search: int | None = None, threads: int = 1
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Retrieves the top-k' document tokens of each query token by dot product.
 
@@ -251,6 +251,7 @@ class TokenIndex:
       searcher: "scann" (approximate, as built) or "bruteforce" (exact, JAX).
       leaves_to_search: ScaNN partitions searched per query token (None: as built; more is
         slower and closer to exact).
+      threads: ScaNN threads the query tokens are spread over (1: this thread only).
 
     Returns:
       scores: [Q, k'] float32, descending; -inf where fewer than k' tokens were found.
@@ -264,7 +265,7 @@ class TokenIndex:
     if k_prime < 1:
       raise ValueError(f"k_prime must be positive, got {k_prime}")
     searchers = {
-        "scann": lambda shard: shard.search_scann(queries, k_prime, leaves_to_search),
+        "scann": lambda shard: shard.search_scann(queries, k_prime, leaves_to_search, threads),
         "bruteforce": lambda shard: shard.search_exact(queries, k_prime)}
     if searcher not in searchers:
       raise ValueError(f"searcher must be one of {list(searchers)}, got {searcher!r}")

@@ -1,8 +1,6 @@
-"""The ScaNN searcher of an index: built over all token vectors, serialized, loaded without pickle.
+"""Building the ScaNN searcher of an index over its token vectors, and serializing it.
 
-ScaNN's own `load_searcher` unpickles `scann_docids.pkl` whenever that file exists. `load` here
-never does: it loads only the files that the manifest lists (checked by the caller), refuses any
-other file under scann/ by name, and accepts an assets file only if it names listed files.
+The searcher is loaded back, without pickle or TensorFlow, by `xtr.index.scann_search`.
 
 Identical inputs give byte-identical files: k-means is seeded with k-means++ initialisation
 (`random_init=False`; ScaNN's random initialisation is not seeded and makes its serialized
@@ -13,7 +11,6 @@ partitions may land in either (measured: 1 of SciFact's 1,242,251 tokens, in one
 import dataclasses
 import math
 import os
-import re
 import shutil
 from typing import Any
 
@@ -23,9 +20,7 @@ from scann.scann_ops.py import scann_ops_pybind
 
 from xtr.index import files
 
-ASSETS = "scann_assets.pbtxt"
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
-_ASSET_PATH = re.compile(r'^\s*asset_path:\s*"([^"]*)"\s*$', re.MULTILINE)
 
 
 @gin.configurable
@@ -108,40 +103,3 @@ def write(searcher: scann_ops_pybind.ScannSearcher, index_dir: str) -> dict[str,
   os.replace(tmp, final)
   return {f"{files.SCANN_DIR}/{name}": files.record(os.path.join(final, name))
           for name in sorted(os.listdir(final))}
-
-
-def listed_names(listed: dict[str, Any]) -> set[str]:
-  """The names of the scann/ files among a manifest's listed files."""
-  prefix = files.SCANN_DIR + "/"
-  return {path[len(prefix):] for path in listed if path.startswith(prefix)}
-
-
-def _check_files(scann_dir: str, names: set[str]) -> None:
-  """Refuses scann/ unless it holds exactly the listed `names`, and its assets name only them."""
-  present = set(os.listdir(scann_dir))
-  unlisted = sorted(present - names)
-  if unlisted:
-    raise files.DamagedIndexError(
-        f"{scann_dir} holds files that its manifest does not list: {unlisted}. xtr loads only "
-        "listed files (and never ScaNN's pickled doc ids); remove them or re-export the index.")
-  pickled = sorted(name for name in names if name.endswith(".pkl"))
-  if pickled or ASSETS not in names:
-    raise files.DamagedIndexError(
-        f"{scann_dir}: the manifest lists {pickled or 'no ' + ASSETS}; xtr loads ScaNN from its "
-        f"{ASSETS} and never unpickles. Re-export the index.")
-  with open(os.path.join(scann_dir, ASSETS), encoding="utf-8") as f:
-    assets = _ASSET_PATH.findall(f.read())
-  strange = sorted(set(assets) - names)
-  if strange:
-    raise files.DamagedIndexError(
-        f"{os.path.join(scann_dir, ASSETS)} names files that the manifest does not list: "
-        f"{strange}. Re-export the index.")
-
-
-def load(scann_dir: str, names: set[str]) -> scann_ops_pybind.ScannSearcher:
-  """The searcher serialized in `scann_dir`; its listed `names` must have been verified."""
-  _check_files(scann_dir, names)
-  with open(os.path.join(scann_dir, ASSETS), encoding="utf-8") as f:
-    assets = f.read()
-  return scann_ops_pybind.ScannSearcher(scann_ops_pybind.scann_pybind.ScannNumpy(scann_dir,
-                                                                                 assets))
