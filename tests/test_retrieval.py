@@ -75,21 +75,6 @@ def test_colbert_refinement_compiles_per_document_bucket_not_per_query_length(ex
   assert scoring._colbert._cache_size() <= len(buckets)  # pylint: disable=protected-access
 
 
-def test_the_warm_up_compiles_every_xtr_scoring_shape_that_queries_meet(exported, scifact_slice):
-  """After `warm_up` on one query, ranking queries of every length compiles nothing more."""
-  data, token_index, _ = _search(exported, scifact_slice, retrieval.SearchConfig(top_k=1))
-  encoder = model_spec.encoder(token_index.manifest["model"], "manifest",
-                               encoding.load_params(str(exported[0])), str(exported[0]))
-  config = retrieval.SearchConfig(top_k=5, k_prime=7)
-  q, q_mask, u_q = retrieval._encode_queries(encoder, [*data.queries, "a", "b " * 40])  # pylint: disable=protected-access
-  cached = lambda: (scoring.f_xtr_prime._cache_size(), scoring.top_documents._cache_size())  # pylint: disable=protected-access
-  retrieval.warm_up(token_index, q[0], q_mask[0], u_q[0], config)
-  compiled = cached()
-  for args in zip(q, q_mask, u_q):
-    retrieval.rank(token_index, *args, config)
-  assert len({int(m.sum()) for m in q_mask}) > 4 and cached() == compiled
-
-
 def _eval_beir(exported, scifact_slice, tmp_path, *flags):
   model_dir, index_dir = exported
   command = [sys.executable, "-m", "xtr.eval_beir", f"--data_dir={scifact_slice}",

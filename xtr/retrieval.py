@@ -113,15 +113,10 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
 
 
 def warm_up(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
-             u_q: np.ndarray, config: SearchConfig) -> None:
-  """Runs one query (q [n, D], q_mask [n], u_q [n]) and, for f_XTR', compiles the scoring of
-  every bucket of up to n retrieving tokens: no latency includes loading or compilation."""
+            u_q: np.ndarray, config: SearchConfig) -> None:
+  """Runs one query (q [n, D], q_mask [n], u_q [n]): no latency includes loading the searcher
+  or compiling the refinement."""
   rank(token_index, q, q_mask, u_q, config)
-  if config.scoring == "xtr":
-    for rows in range(8, len(q_mask) + 8, 8):
-      empty = np.zeros((rows, config.k_prime), np.float32)
-      doc_ids, scores = scoring_lib.xtr_candidates(empty, empty.astype(np.int32), config.impute)
-      scoring_lib.top_candidates(np.asarray(doc_ids), np.asarray(scores), config.top_k)
 
 
 def _encoded_one_by_one(encoder: encoding.Encoder, queries: Sequence[str]):
@@ -169,12 +164,12 @@ def _retrieve(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
 
 
 def rank(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
-              config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
+         config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
   """One query (q [n, D], q_mask [n], saliences u_q [n]) -> its top_k (doc_index [top_k],
   scores [top_k])."""
   token_scores, token_docs = _retrieve(token_index, q, q_mask, u_q, config)
   if config.scoring == "xtr":
-    doc_ids, scores = scoring_lib.xtr_candidates(token_scores, token_docs, config.impute)
+    doc_ids, scores = scoring_lib.f_xtr_prime(token_scores, token_docs, impute=config.impute)
   else:
     doc_ids = np.unique(token_docs[token_docs >= 0])
     refine = _refinement(token_index, q, q_mask, u_q, doc_ids)
