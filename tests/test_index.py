@@ -274,16 +274,19 @@ def test_export_killed_with_sigkill_resumes_to_identical_files(tmp_path):
 
 def test_an_index_without_vectors_searches_as_the_stored_one(tmp_path):
   """store_vectors=False: the same ScaNN files and token retrieval as a float16 index, no vector
-  files, and whatever needs the vectors refused by name."""
+  or doc index files, and whatever needs the vectors refused by name."""
   docs, doc_ids = _integer_docs(40, dim=128), _ids(40)
   stored = _export(tmp_path / "stored", doc_ids, docs, dtype="float16")
   manifest = _export(tmp_path / "none", doc_ids, docs, dtype="float16", store_vectors=False)
   assert manifest["vectors_stored"] is False and "vectors_stored" not in stored
-  assert not list((tmp_path / "none/chunks").glob("vectors-*"))
+  unstored = lambda: list((tmp_path / "none/chunks").glob("vectors-*")) + list(
+      (tmp_path / "none/chunks").glob("doc_index-*"))
+  assert not unstored()
   scann_files = lambda root: {k: v for k, v in _files(root).items() if k.startswith("scann/")}
   assert scann_files(tmp_path / "none") == scann_files(tmp_path / "stored")
   sizes = files.bytes_by_kind(manifest)
-  assert sizes["vectors"] == 0 and sizes["scann"] == files.bytes_by_kind(stored)["scann"]
+  assert sizes["vectors"] == sizes["doc_index"] == 0
+  assert sizes["scann"] == files.bytes_by_kind(stored)["scann"]
   assert files.bytes_by_kind(stored)["vectors"] == 2 * 128 * stored["num_tokens"] + 128 * 10
   index = reader.open_index(str(tmp_path / "none"), "full")
   index.verify()
@@ -298,8 +301,9 @@ def test_an_index_without_vectors_searches_as_the_stored_one(tmp_path):
   with pytest.raises(ValueError, match="--store_vectors=none: it has no token vectors"):
     index_writer.reprune(str(tmp_path / "none"), str(tmp_path / "repruned"), None)
   (tmp_path / "none/chunks/vectors-00003.npy").write_bytes(b"left by a kill")
+  (tmp_path / "none/chunks/doc_index-00003.npy").write_bytes(b"left by a kill")
   index_writer.drop_unstored_vectors(str(tmp_path / "none"), manifest)
-  assert not list((tmp_path / "none/chunks").glob("vectors-*"))
+  assert not unstored()
   assert "re-encoding from chunk 0 of 10" in index_writer.prepare_repair(str(tmp_path / "none"))
   assert not list((tmp_path / "none/chunks").glob("chunk-*"))  # all re-encoded, then rebuilt
   writer = _new_writer(tmp_path / "none", 40, 128, "float16", store_vectors=False)

@@ -8,6 +8,8 @@ One index directory (a sharded export writes one per shard, `files.shard_path(ro
   export.lock                 held (flock) while an export writes; removed when it completes
   chunks/vectors-00000.npy    [T_c, D] float32|float16 token vectors of chunk 0
   chunks/doc_index-00000.npy  [T_c] int32 doc index (within this directory) of each token
+                              (an XTR-only index, exported with --store_vectors=none, keeps
+                              neither vectors nor doc index chunks: doc_offsets locates tokens)
   chunks/salience-00000.npy   [T_c] float32 salience u of each token (a model with salience heads)
   chunks/chunk-00000.json     doc ids, doc lengths, sha256 and size of the .npy files of chunk 0;
                               written after them, so its presence marks the chunk complete

@@ -25,6 +25,7 @@ DTYPES = ("float32", "float16")
 # `xtr-export --store_vectors`: the stored token vectors' dtype, or none (an index for f_XTR'
 # only: ScaNN and the document map, no float vectors for refinement or brute force).
 STORE_VECTORS = ("none", *DTYPES)
+CHUNK_FILES = ("file", "doc_index_file", "salience_file")  # A manifest chunk's file fields.
 SHARD_NAME = re.compile(r"shard-\d{5}-of-(\d{5})")
 
 
@@ -167,13 +168,11 @@ def check_manifest(manifest: Any, path: str) -> None:
     refuse("field 'vectors_stored' is not a boolean")
   stored = manifest.get("vectors_stored", True)
   for i, chunk in enumerate(manifest["chunks"]):
-    if (not isinstance(chunk, dict) or ("file" in chunk) != stored
-        or chunk.get("file", chunk.get("doc_index_file")) not in manifest["files"]
-        or chunk.get("doc_index_file") not in manifest["files"]
-        or chunk.get("salience_file", chunk["doc_index_file"]) not in manifest["files"]
-        or not isinstance(chunk.get("num_tokens"), int)):
-      refuse(f"chunks[{i}] needs listed files (a vector file exactly when vectors_stored) and "
-             "an integer num_tokens")
+    if (not isinstance(chunk, dict) or not isinstance(chunk.get("num_tokens"), int)
+        or any((key in chunk) != stored for key in ("file", "doc_index_file"))
+        or any(chunk[key] not in manifest["files"] for key in CHUNK_FILES if key in chunk)):
+      refuse(f"chunks[{i}] needs listed files (vectors and doc index exactly when "
+             "vectors_stored) and an integer num_tokens")
   prune_doc = manifest.get("prune_doc")
   if prune_doc is not None and (
       not isinstance(prune_doc, (int, float)) or isinstance(prune_doc, bool)

@@ -49,7 +49,7 @@ class _Shard:
         files.load_npy(os.path.join(path, chunk["salience_file"]), (chunk["num_tokens"],),
                        "float32") for chunk in self.manifest["chunks"] if self.has_salience]
     self._unverified_chunks = [c[key] for c in self.manifest["chunks"]
-                               for key in ("file", "doc_index_file", "salience_file") if key in c]
+                               for key in files.CHUNK_FILES if key in c]
     self.num_indexed_tokens = self.manifest.get("num_indexed_tokens", self.num_tokens)
     self._scann_tokens = None  # [T_kept] token of each ScaNN row, when the index is pruned.
     if self.manifest.get("prune_doc") is not None:

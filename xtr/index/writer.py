@@ -271,22 +271,24 @@ class IndexWriter:
     entry = {"file": os.path.relpath(paths["vectors"], self.out_dir),
              "doc_index_file": os.path.relpath(paths["doc_index"], self.out_dir),
              "num_docs": len(meta["doc_ids"]), "num_tokens": sum(meta["doc_lengths"])}
-    if not self.settings.get("vectors_stored", True):
-      del listed[entry.pop("file")]
+    if not self.settings.get("vectors_stored", True):  # doc_offsets gives each token's doc.
+      del listed[entry.pop("file")], listed[entry.pop("doc_index_file")]
     if "salience" in meta:
       entry["salience_file"] = os.path.relpath(paths["salience"], self.out_dir)
     return entry
 
 
 def drop_unstored_vectors(out_dir: str, manifest: dict[str, Any]) -> None:
-  """Deletes the vector chunks of a complete index whose manifest says they are not stored
-  (written for the export's sake, or left by a kill between the manifest and their deletion)."""
+  """Deletes the vector and doc index chunks of a complete index whose manifest says they are
+  not stored (written for the export's sake, or left by a kill between the manifest and their
+  deletion)."""
   if manifest.get("vectors_stored", True):
     return
   for chunk in range(len(manifest["chunks"])):
-    path = files.chunk_files(out_dir, chunk)["vectors"]
-    if os.path.exists(path):
-      os.remove(path)
+    for name in ("vectors", "doc_index"):
+      path = files.chunk_files(out_dir, chunk)[name]
+      if os.path.exists(path):
+        os.remove(path)
 
 
 def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
@@ -347,7 +349,7 @@ def prepare_repair(out_dir: str) -> str:
       damaged.append(relative)
   chunk_records = lambda c: os.path.relpath(files.chunk_files(out_dir, c)["chunk"], out_dir)
   bad_chunks = [c for c, chunk in enumerate(manifest["chunks"])
-                if {chunk.get("file"), chunk["doc_index_file"], chunk.get("salience_file"),
+                if {*(chunk[key] for key in files.CHUNK_FILES if key in chunk),
                     chunk_records(c)} & set(damaged)]
   first_bad = bad_chunks[0] if bad_chunks else len(manifest["chunks"])
   if not manifest.get("vectors_stored", True):
