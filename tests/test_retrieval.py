@@ -1,4 +1,5 @@
 """End to end: checkpoint -> xtr-export of a SciFact slice -> search -> xtr-eval-beir."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -61,6 +62,23 @@ def test_colbert_three_stages_rescore_candidates_exactly(exported, scifact_slice
     assert len(colbert_ranking) < NUM_DOCS  # Only the retrieved candidates are scored ...
     for doc_id, score in colbert_ranking:  # ... with their exact f_ColBERT.
       assert score == pytest.approx(exact_scores[doc_id], abs=1e-5)
+
+
+@pytest.mark.parametrize("searcher", ["scann", "bruteforce"])
+def test_batched_search_ranks_as_one_query_at_a_time(exported, scifact_slice, monkeypatch,
+                                                     searcher):
+  """threads=2: f_XTR' over batches (3 of them) equals the per-query search, up to ScaNN's float
+  rounding, which depends on how queries are batched (~1e-7): equal scores, and documents that
+  trade places only at ties."""
+  monkeypatch.setattr(retrieval, "QUERIES_PER_BATCH", NUM_QUERIES // 3 + 1)
+  config = retrieval.SearchConfig(top_k=20, k_prime=30, searcher=searcher)
+  _, _, alone = _search(exported, scifact_slice, config)
+  _, _, batched = _search(exported, scifact_slice, dataclasses.replace(config, threads=2))
+  assert len(set(batched.latency_ms)) == 3  # One amortized latency per batch.
+  for a, b in zip(alone.rankings, batched.rankings):
+    np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-6)
+    for (doc_a, score_a), (doc_b, _) in zip(a, b):
+      assert doc_a == doc_b or sum(abs(score - score_a) < 1e-6 for _, score in a) > 1
 
 
 def test_colbert_refinement_compiles_per_document_bucket_not_per_query_length(exported,

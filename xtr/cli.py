@@ -152,6 +152,10 @@ def define_search_flags(scoring_only: str | None = None
   leaves_to_search = flags.DEFINE_integer(
       "leaves_to_search", None, "ScaNN partitions searched per query token (default: the "
       "index's, as built; more is slower and closer to exact).", lower_bound=1)
+  threads = flags.DEFINE_integer(
+      "threads", defaults.threads, "CPU threads of token retrieval and scoring: 1 answers one "
+      "query at a time; more answers --scoring=xtr queries in batches (throughput).",
+      lower_bound=1)
 
   def read() -> retrieval.SearchConfig:
     impute_value = defaults.impute if scoring_only else impute.value
@@ -170,6 +174,6 @@ def define_search_flags(scoring_only: str | None = None
       raise flags.ValidationError(f"--prune_query={prune_query.value} is not in (0, 1].")
     return retrieval.SearchConfig(top_k.value, k_prime.value, scoring_only or scoring.value,
                                   impute_value, searcher.value, parsed, prune_query.value,
-                                  leaves_to_search.value)
+                                  leaves_to_search.value, threads.value)
 
   return read

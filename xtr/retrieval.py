@@ -15,6 +15,7 @@ salient query tokens only (ALIGNER §3.2); refinement still scores with every qu
 import dataclasses
 import sys
 import time
+from concurrent import futures
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ from xtr import scoring as scoring_lib
 from xtr.index import reader
 
 SCORINGS = ("xtr", "colbert", "aligner", "exact")
+QUERIES_PER_BATCH = 64  # Of f_XTR' search with threads > 1 (`rank_batch`).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,9 @@ class SearchConfig:
     prune_query: β_q in (0, 1]: only the most salient ⌈β_q·n⌉ query tokens retrieve tokens
       (None: all of them); needs a model with salience heads.
     leaves_to_search: ScaNN partitions searched per query token (None: the index's, as built).
+    threads: CPU threads of token retrieval and scoring. 1 answers one query at a time (the
+      latency of an interactive query); more answers f_XTR' queries in batches (`rank_batch`:
+      throughput, each query's time being its batch's divided by the batch's size).
   """
   top_k: int = 100
   k_prime: int = 1000
@@ -53,6 +58,7 @@ class SearchConfig:
   alignment: alignment_lib.Alignment = alignment_lib.Alignment()
   prune_query: float | None = None
   leaves_to_search: int | None = None
+  threads: int = 1
 
   def __post_init__(self):
     if self.scoring not in SCORINGS:
@@ -61,6 +67,8 @@ class SearchConfig:
       raise ValueError(f"prune_query must be in (0, 1], got {self.prune_query}")
     if self.leaves_to_search is not None and self.leaves_to_search < 1:
       raise ValueError(f"leaves_to_search must be positive, got {self.leaves_to_search}")
+    if self.threads < 1:
+      raise ValueError(f"threads must be positive, got {self.threads}")
 
 
 @dataclasses.dataclass
@@ -96,6 +104,9 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
   if config.scoring == "exact":
     q, q_mask, _ = _encode_queries(encoder, queries)
     return dataclasses.replace(_exact(token_index, q, q_mask, config), unknown_only=unknown)
+  if config.scoring == "xtr" and config.threads > 1 and not encode_alone:
+    batched = _search_batches(token_index, *_encode_queries(encoder, queries), config, progress)
+    return dataclasses.replace(batched, unknown_only=unknown)
   encoded = _encoded_one_by_one(encoder, queries) if encode_alone else zip(
       *_encode_queries(encoder, queries), np.full(len(queries), np.nan))
   rankings, latency_ms, encode_ms = [], [], []
@@ -110,6 +121,22 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
     rankings.append(_named(token_index.doc_ids, doc_index, scores))
   return Results(rankings, np.asarray(latency_ms), unknown,
                  np.asarray(encode_ms) if encode_alone else None)
+
+
+def _search_batches(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+                    u_q: np.ndarray, config: SearchConfig, progress: bool) -> Results:
+  """`rank_batch` over batches of QUERIES_PER_BATCH queries (q [Q, n, D], q_mask, u_q [Q, n]);
+  each query's latency is its batch's time divided by the batch's size."""
+  warm_up(token_index, q[0], q_mask[0], u_q[0], config)
+  rankings, latency_ms = [], []
+  for start in tqdm.trange(0, len(q), QUERIES_PER_BATCH, desc="search", unit="batch",
+                           disable=not progress):
+    batch = slice(start, start + QUERIES_PER_BATCH)
+    begin = time.perf_counter()
+    ranked = rank_batch(token_index, q[batch], q_mask[batch], u_q[batch], config)
+    latency_ms += [1000 * (time.perf_counter() - begin) / len(ranked)] * len(ranked)
+    rankings += [_named(token_index.doc_ids, *top) for top in ranked]
+  return Results(rankings, np.asarray(latency_ms))
 
 
 def warm_up(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
@@ -152,15 +179,43 @@ def check_index(config: SearchConfig, token_index: reader.TokenIndex) -> None:
                        "--scoring=xtr --searcher=scann, or export with --store_vectors=float16.")
 
 
-def _retrieve(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
-              config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
-  """Token retrieval for one query: (scores [n', k'], doc index [n', k']) of its n' retrieving
-  tokens (the valid ones, or with `prune_query` the most salient of them)."""
+def _retrieving(q_mask: np.ndarray, u_q: np.ndarray, config: SearchConfig) -> np.ndarray:
+  """[n] bool: the query tokens that retrieve (the valid ones, or with `prune_query` the most
+  salient of them)."""
   retrieving = q_mask.copy()
   if config.prune_query is not None:
     retrieving[q_mask] = salience.kept(u_q[q_mask], config.prune_query)
-  return token_index.search(q[retrieving], config.k_prime, config.searcher,
-                            config.leaves_to_search)
+  return retrieving
+
+
+def _retrieve(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
+              config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
+  """Token retrieval for one query: (scores [n', k'], doc index [n', k']) of its n' retrieving
+  tokens."""
+  return token_index.search(q[_retrieving(q_mask, u_q, config)], config.k_prime,
+                            config.searcher, config.leaves_to_search, config.threads)
+
+
+def _xtr_top(token_scores: np.ndarray, token_docs: np.ndarray, config: SearchConfig
+             ) -> tuple[np.ndarray, np.ndarray]:
+  """One query's retrieval (token_scores, token_docs [n', k']) -> its top_k by f_XTR'."""
+  return scoring_lib.top_candidates(
+      *scoring_lib.f_xtr_prime(token_scores, token_docs, impute=config.impute), config.top_k)
+
+
+def rank_batch(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
+               u_q: np.ndarray, config: SearchConfig) -> list[tuple[np.ndarray, np.ndarray]]:
+  """Queries (q [Q, n, D], q_mask [Q, n], u_q [Q, n]) -> `rank` of each, by f_XTR': one token
+  retrieval of all their retrieving tokens over `config.threads` threads, then f_XTR' of the
+  queries on as many threads (numpy's sort releases the GIL)."""
+  retrieving = [_retrieving(mask, u, config) for mask, u in zip(q_mask, u_q)]
+  token_scores, token_docs = token_index.search(
+      q[np.stack(retrieving)], config.k_prime, config.searcher, config.leaves_to_search,
+      config.threads)
+  bounds = np.cumsum([r.sum() for r in retrieving])[:-1]
+  per_query = zip(np.split(token_scores, bounds), np.split(token_docs, bounds))
+  with futures.ThreadPoolExecutor(config.threads) as pool:
+    return list(pool.map(lambda retrieved: _xtr_top(*retrieved, config), per_query))
 
 
 def rank(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
@@ -169,11 +224,10 @@ def rank(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q:
   scores [top_k])."""
   token_scores, token_docs = _retrieve(token_index, q, q_mask, u_q, config)
   if config.scoring == "xtr":
-    doc_ids, scores = scoring_lib.f_xtr_prime(token_scores, token_docs, impute=config.impute)
-  else:
-    doc_ids = np.unique(token_docs[token_docs >= 0])
-    refine = _refinement(token_index, q, q_mask, u_q, doc_ids)
-    scores = refine(None if config.scoring == "colbert" else config.alignment)
+    return _xtr_top(token_scores, token_docs, config)
+  doc_ids = np.unique(token_docs[token_docs >= 0])
+  refine = _refinement(token_index, q, q_mask, u_q, doc_ids)
+  scores = refine(None if config.scoring == "colbert" else config.alignment)
   return scoring_lib.top_candidates(doc_ids, scores, config.top_k)
 
 
