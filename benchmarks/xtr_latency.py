@@ -6,12 +6,14 @@ end-to-end time of a lone query.
 
 LEAVES 0 means the index's own setting. For every (k', leaves) the test queries are searched one
 at a time (f_XTR', as `xtr-eval-beir --scoring=xtr`); the table gives nDCG@10, Recall@100, the
-median and p95 of search + scoring, and queries/s (1000 / mean ms). The last row encodes each
+median and p95 of search + scoring, and queries/s (1000 / mean ms); per leaves setting, a row
+at k' = 1000 answers the queries in batches on every core (`--threads`). The last row encodes each
 query alone (a 1-row batch) at the index's settings and k' = 1000: the end-to-end time a user of
 `xtr-search` waits. Writes OUT_PREFIX.json, OUT_PREFIX.md and OUT_PREFIX.png (nDCG@10 against
 median ms, one line per leaves setting); peak RSS is the process's at the end.
 """
 import json
+import os
 import resource
 import sys
 
@@ -52,6 +54,11 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
                                       leaves_to_search=leaves_to_search)
       results = retrieval.search(encoder, token_index, data.queries, config, progress=False)
       rows.append(_row(data, results, k_prime=k_prime, leaves=leaves_to_search or "built"))
+    config = retrieval.SearchConfig(top_k=100, k_prime=1000, leaves_to_search=leaves_to_search,
+                                    threads=os.cpu_count())
+    results = retrieval.search(encoder, token_index, data.queries, config, progress=False)
+    rows.append(_row(data, results, k_prime=1000, leaves=leaves_to_search or "built",
+                     threads=config.threads))
   results = retrieval.search(encoder, token_index, data.queries,
                              retrieval.SearchConfig(top_k=100, k_prime=1000), encode_alone=True,
                              progress=False)
@@ -63,9 +70,10 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
             "peak_rss_mb": peak_rss_mb, "rows": rows}
   with evaluation.atomic_open(out + ".json") as f:
     json.dump(report, f, indent=1)
-  lines = ["| k' | leaves | nDCG@10 | R@100 | p50 ms | p95 ms | queries/s | end to end p50 ms |",
-           "|---|---|---|---|---|---|---|---|"]
-  lines += [f"| {r['k_prime']} | {r['leaves']} | {r['ndcg@10']:.4f} | {r['recall@100']:.3f} | "
+  lines = ["| k' | leaves | threads | nDCG@10 | R@100 | p50 ms | p95 ms | queries/s | "
+           "end to end p50 ms |", "|---|---|---|---|---|---|---|---|---|"]
+  lines += [f"| {r['k_prime']} | {r['leaves']} | {r.get('threads', 1)} | {r['ndcg@10']:.4f} | "
+            f"{r['recall@100']:.3f} | "
             f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['queries_per_s']:.0f} | "
             f"{r.get('end_to_end_p50_ms', float('nan')):.1f} |" for r in rows]
   lines.append(f"\nPeak RSS {peak_rss_mb:.0f} MB; {report['num_leaves']} leaves, "
@@ -74,8 +82,9 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
     f.write("\n".join(lines) + "\n")
   print("\n".join(lines))
   figure, axes = plt.subplots(figsize=(6, 4))
-  for leaves_setting in dict.fromkeys(r["leaves"] for r in rows if "encode" not in r):
-    line = [r for r in rows if r["leaves"] == leaves_setting and "encode" not in r]
+  per_query = [r for r in rows if "encode" not in r and "threads" not in r]
+  for leaves_setting in dict.fromkeys(r["leaves"] for r in per_query):
+    line = [r for r in per_query if r["leaves"] == leaves_setting]
     axes.plot([r["p50_ms"] for r in line], [r["ndcg@10"] for r in line], "o-",
               label=f"leaves {leaves_setting}")
     for r in line:

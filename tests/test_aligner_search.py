@@ -261,6 +261,30 @@ def test_from_index_builds_another_scann_of_the_same_vectors_from_gin(aligner_in
   assert recall(full) > 0.85 and recall(rebuilt) > 0.65  # measured: 0.915 and 0.7725
 
 
+def test_from_index_makes_an_xtr_only_copy_without_touching_the_source(aligner_indexes,
+                                                                        tmp_path):
+  """--from_index --store_vectors=none: ScaNN (4 dimensions per block) over the linked vectors,
+  then no vector or doc index chunk in the copy; the source keeps its files (verifies in full)
+  and the copy retrieves the tokens that a copy keeping the vectors retrieves."""
+  _, full, _ = aligner_indexes
+  dims4 = "--gin_bindings=ScannConfig.dims_per_block = 4"
+  for name, flags in (("kept", [dims4]), ("xtr_only", [dims4, "--store_vectors=none"])):
+    done = _reprune(full.path, tmp_path / name, *flags)
+    assert done.returncode == 0, done.stderr
+  kept, xtr_only = (reader.open_index(str(tmp_path / n), "full") for n in ("kept", "xtr_only"))
+  assert not xtr_only.has_vectors and kept.has_vectors
+  assert not list((tmp_path / "xtr_only/chunks").glob("vectors-*"))
+  assert not list((tmp_path / "xtr_only/chunks").glob("doc_index-*"))
+  reader.open_index(full.path, "full").verify()
+  queries = np.stack([v[0] for v in full.doc_vectors(range(20))])
+  for got, expected in zip(xtr_only.search(queries, 10), kept.search(queries, 10)):
+    np.testing.assert_array_equal(got, expected)
+  other = {"float16": "float32", "float32": "float16"}[full.manifest["dtype"]]
+  refused = _reprune(full.path, tmp_path / other, f"--store_vectors={other}")
+  assert refused.returncode != 0 and not (tmp_path / other).exists()
+  assert f"holds {full.manifest['dtype']} vectors; keep them or drop them" in refused.stderr
+
+
 def test_repruning_detects_a_damaged_source_before_building(aligner_indexes, tmp_path):
   _, full, _ = aligner_indexes
   source = tmp_path / "source"

@@ -22,7 +22,8 @@ stored, for the refinement stage of `xtr-search --scoring=aligner`. Another prun
 index needs no re-encoding: --from_index=INDEX_DIR --prune_doc=0.1 --out=NEW_DIR links INDEX_DIR's
 chunks into NEW_DIR and builds only ScaNN (no --checkpoint or --corpus; with --num_shards, once
 per --shard_id as above). The same, without --prune_doc and with other `ScannConfig` gin
-bindings, gives another ScaNN of the same vectors (e.g. 2 dimensions per block).
+bindings, gives another ScaNN of the same vectors (e.g. 4 dimensions per block); with
+--store_vectors=none, an XTR-only copy of the index.
 """
 import os
 from typing import Sequence
@@ -106,13 +107,18 @@ def _reprune(out_dir: str, prune_doc: float | None) -> dict:
   if not os.path.exists(os.path.join(source, files.MANIFEST)):
     raise app.UsageError(f"--from_index={source} is not a complete index (no "
                          f"{files.MANIFEST}).")
-  model = files.read_json(os.path.join(source, files.MANIFEST)).get("model")
+  source_manifest = files.read_json(os.path.join(source, files.MANIFEST))
+  model, dtype = source_manifest.get("model"), source_manifest.get("dtype")
   if prune_doc is not None and not (isinstance(model, dict) and model.get("salience")):
     raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
                          f"--from_index={source} has no salience heads.")
+  if _STORE_VECTORS.present and _STORE_VECTORS.value not in ("none", dtype):
+    raise app.UsageError(f"--store_vectors={_STORE_VECTORS.value}: --from_index={source} holds "
+                         f"{dtype} vectors; keep them or drop them (--store_vectors=none).")
   cli.parse_gin()  # ScannConfig: another ScaNN of the same vectors.
   print(f"Linking the chunks of {source} into {out_dir}; building its ScaNN index.", flush=True)
-  return writer.reprune(source, out_dir, prune_doc)
+  return writer.reprune(source, out_dir, prune_doc,
+                        store_vectors=_STORE_VECTORS.value != "none")
 
 
 def _export(out_dir: str, prune_doc: float | None, complete: bool) -> dict:

@@ -292,13 +292,15 @@ def drop_unstored_vectors(out_dir: str, manifest: dict[str, Any]) -> None:
 
 
 def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
-            scann_config: scann.ScannConfig | None = None) -> dict[str, Any]:
+            scann_config: scann.ScannConfig | None = None,
+            store_vectors: bool = True) -> dict[str, Any]:
   """Writes at `out_dir` the index of `source_dir` with ScaNN over another pruning (β_d).
 
   The chunks (token vectors, doc indexes, saliences, records) are hard links to the source's
-  (copies across file systems); the settings are the source's but for `prune_doc`. Resumable
-  like an export: a killed reprune is finished by running it again. Damage in the source's
-  chunks is detected by `finalize` before ScaNN is built.
+  (copies across file systems); the settings are the source's but for `prune_doc` and
+  `store_vectors` (False: an XTR-only index, its links to the vectors dropped once it is
+  complete). Resumable like an export: a killed reprune is finished by running it again. Damage
+  in the source's chunks is detected by `finalize` before ScaNN is built.
 
   Returns:
     The manifest of `out_dir`.
@@ -314,10 +316,12 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
                      "vectors to build another ScaNN from. Export from the corpus instead.")
   writer = IndexWriter(out_dir, source["dim"], source["dtype"], source["model"],
                        source["fingerprint"], source["docs_per_chunk"], source["corpus"],
-                       source["gin_config"], prune_doc)
+                       source["gin_config"], prune_doc, store_vectors)
   for chunk in range(writer.completed_chunks(), len(source["chunks"])):
     writer.link_chunk(chunk, source_dir)
-  return writer.finalize(scann_config)
+  manifest = writer.finalize(scann_config)
+  drop_unstored_vectors(out_dir, manifest)
+  return manifest
 
 
 def _link(src: str, dst: str) -> None:
