@@ -398,3 +398,22 @@ def test_shards_must_be_a_complete_consistent_set(tmp_path):
     writer.finalize()
     with pytest.raises(ValueError, match=r"shard-00001-of-00003 " + problem):
       reader.open_index(str(tmp_path))
+
+
+def test_searching_an_index_imports_neither_tensorflow_nor_scann_package(tmp_path):
+  """ScaNN's package `__init__` imports TensorFlow (~620 MB); a search loads only ScaNN's pybind
+  extension, and finds what a process that imported the package finds."""
+  docs, doc_ids = _integer_docs(40, dim=128), _ids(40)
+  _export(tmp_path, doc_ids, docs, dtype="float16")
+  queries = np.random.default_rng(1).integers(-8, 9, (8, 128)).astype(np.float32)
+  np.save(tmp_path / "queries.npy", queries)
+  search = (f"import sys, numpy as np; from xtr.index import reader; "
+            f"i = reader.open_index({str(tmp_path)!r}); "
+            f"s, d = i.search(np.load({str(tmp_path / 'queries.npy')!r}), 10); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'tensorflow', 'seqio', 'scann'})); print(d.tolist())")
+  done = subprocess.run([sys.executable, "-c", search], capture_output=True, text=True,
+                        check=True, cwd=REPO)
+  imported, found = done.stdout.splitlines()
+  assert imported == "[]"
+  assert found == str(reader.open_index(str(tmp_path)).search(queries, 10)[1].tolist())
