@@ -39,7 +39,10 @@ class ScannConfig:
     num_leaves: upper bound on the number of k-means partitions.
     num_leaves_to_search: partitions searched per query token.
     training_sample_size: tokens sampled to train the partitions.
-    dims_per_block: dimensions per AH block (1 or 2; 1 is more accurate).
+    dims_per_block: dimensions per AH block: 1 (ScaNN codes of 128 bytes per 128-d token), 2 or
+      4 (64 or 32 bytes, faster and less accurate: docs/performance.md).
+    hash_type: "lut16" (16 centers per block, searched with in-register lookup tables) or
+      "lut256" (256 centers per block: more accurate codes of the same size, slower lookups).
     anisotropic_quantization_threshold: AH score-aware quantization threshold (ScaNN's eta).
     reorder_k: if > 0, rescore this many AH candidates exactly (ScaNN stores float32 vectors).
     training_threads: threads that train and assign the partitions; 1 (the default) makes the
@@ -51,6 +54,7 @@ class ScannConfig:
   num_leaves_to_search: int = 100
   training_sample_size: int = 250_000
   dims_per_block: int = 1
+  hash_type: str = "lut16"
   anisotropic_quantization_threshold: float = 0.1
   reorder_k: int = 0
   training_threads: int = 1
@@ -82,7 +86,8 @@ def build(vectors: np.ndarray, config: ScannConfig
                          random_init=False)
   builder = builder.score_ah(
       config.dims_per_block,
-      anisotropic_quantization_threshold=config.anisotropic_quantization_threshold)
+      anisotropic_quantization_threshold=config.anisotropic_quantization_threshold,
+      hash_type=config.hash_type)
   if config.reorder_k:
     builder = builder.reorder(config.reorder_k)
   return builder.build(), settings
