@@ -11,6 +11,7 @@ from xtr import beir_files
 from xtr import bert
 from xtr import evaluation
 from xtr import hf_weights
+from xtr import tokenization
 from xtr import vocabularies
 
 NUM_DOCS = 12
@@ -42,7 +43,7 @@ def tiny_beir(scifact_dir):
 
 def _hidden_states(reference, vocabulary, texts, max_length):
   """transformers' last hidden states and mask of xtr's token ids."""
-  ids = vocabularies.encode_batch(vocabulary, texts, max_length)
+  ids = tokenization.encode_batch(tokenization.of(vocabulary), texts, max_length)
   with torch.no_grad():
     hidden = reference(input_ids=torch.tensor(ids, dtype=torch.long),
                        attention_mask=torch.tensor(ids != 0)).last_hidden_state.numpy()

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import gin
-import numpy as np
 import pytest
 from absl import app
 
@@ -22,7 +21,6 @@ from xtr import model_spec
 from xtr import partitioning
 from xtr import retrieval
 from xtr import trainer
-from xtr import vocabularies
 from xtr.index import files
 from xtr.index import reader
 
@@ -194,16 +192,6 @@ def test_a_gin_binding_of_the_wrong_type_is_refused_first(monkeypatch, binding, 
       trainer.train()
   finally:
     gin.clear_config()
-
-
-def test_queries_of_unknown_tokens_only_are_flagged(t5_spm_path, minilm_dir):
-  t5 = vocabularies.t5_vocabulary(str(t5_spm_path))
-  bert = vocabularies.bert_vocabulary(minilm_dir)
-  texts = ["what causes scurvy", "😀 🙂", "", "😀 vitamin"]
-  for vocab in (t5, bert):
-    ids = vocabularies.encode_batch(vocab, texts, 16)
-    np.testing.assert_array_equal(vocabularies.unknown_only(vocab, ids),
-                                  [False, True, True, False])
 
 
 def test_unknown_queries_are_warned_of_and_counted(exported, scifact_slice, capsys):

@@ -8,7 +8,7 @@ import seqio
 import tensorflow as tf
 
 from xtr import data
-from xtr import vocabularies
+from tests.test_tokenization import tf_ids
 
 LENGTHS = {"query": 32, "positive": 256, "negative": 256}
 
@@ -57,11 +57,11 @@ def test_batches_are_the_encoded_rows(vocab, msmarco_triples_path, num_shards):
       assert batch["doc_tokens"].shape == (batch_size, 2, 256)
       assert batch["query_tokens"].dtype == batch["doc_tokens"].dtype == np.int32
       np.testing.assert_array_equal(
-          batch["query_tokens"], vocabularies.encode_batch(vocab, [r[0] for r in part], 32))
+          batch["query_tokens"], tf_ids(vocab, [r[0] for r in part], 32))
       for d in range(2):  # doc 0 is the positive, doc 1 the negative
         np.testing.assert_array_equal(
             batch["doc_tokens"][:, d],
-            vocabularies.encode_batch(vocab, [r[1 + d] for r in part], 256))
+            tf_ids(vocab, [r[1 + d] for r in part], 256))
 
 
 def _split_triples(path: pathlib.Path, out_dir: pathlib.Path, num_files: int) -> list[str]:
@@ -88,7 +88,7 @@ def test_hosts_read_only_their_files(vocab, msmarco_triples_path, tmp_path):
 
   rows = [line.rstrip("\n").split("\t") for pair in zip(parts[0], parts[2]) for line in pair]
   queries = np.concatenate([b["query_tokens"] for b in _batches(host(0), 10)])
-  expected = vocabularies.encode_batch(vocab, [r[0] for r in rows], 32)
+  expected = tf_ids(vocab, [r[0] for r in rows], 32)
   np.testing.assert_array_equal(queries, np.concatenate([expected, expected]))  # 2 epochs
   with pytest.raises(tf.errors.InvalidArgumentError, match="triples-003.tsv:26: expected 3"):
     _batches(host(1), 10)

@@ -17,7 +17,7 @@ from xtr import indexing
 from xtr import model_spec
 from xtr import retrieval
 from xtr import scoring
-from xtr import vocabularies
+from xtr import tokenization
 from xtr.index import files
 from xtr.index import reader
 
@@ -174,6 +174,29 @@ def test_searcher_api_ranks_as_the_cli_encoding_each_query_alone(exported, scifa
     xtr.Searcher(str(index_dir), str(model_dir)).search("what causes scurvy")
 
 
+def test_a_search_process_imports_neither_tensorflow_nor_seqio(exported, scifact_slice):
+  """xtr.Searcher in a fresh process (query encoding included: Python tokenization, ScaNN's
+  pybind searcher): no TensorFlow, seqio or `scann` package, and the rankings of this process
+  (which has imported TensorFlow)."""
+  model_dir, index_dir = exported
+  data = evaluation.load_beir(str(scifact_slice), "test")
+  script = ("import json, sys, xtr; "
+            f"r = xtr.Searcher({str(index_dir)!r}, {str(model_dir)!r}).search("
+            f"{list(data.queries)!r}, top_k=5, k_prime=50); print(json.dumps(r)); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'tensorflow', 'tensorflow_text', 'seqio', 'scann'}))")
+  process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  rankings, imported = process.stdout.splitlines()[-2:]
+  assert imported == "[]"
+  gin.clear_config()
+  expected = xtr.Searcher(str(index_dir), str(model_dir)).search(list(data.queries), top_k=5,
+                                                                 k_prime=50)
+  for got, want in zip(json.loads(rankings), expected, strict=True):
+    assert [d for d, _ in got] == [d for d, _ in want]
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in want], atol=1e-6)
+
+
 def test_an_xtr_only_export_ranks_as_the_full_index_and_refuses_refinement(
     exported, scifact_slice, t5_spm_path, tmp_path):
   """xtr-export --store_vectors=none: sizes reported per kind and token, no vector files, the
@@ -224,16 +247,16 @@ def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_sli
   assert process.returncode == 0, process.stderr
   result = json.loads((tmp_path / "tiny.json").read_text())
   assert (tmp_path / "tokens.png").read_bytes()[:4] == b"\x89PNG"
-  vocab = encoder.vocabulary
-  eos = vocab.eos_id
+  tokenizer = encoder.tokenizer
+  eos = tokenizer.suffix[0]
   doc_vectors = token_index.doc_vectors(range(token_index.num_docs))
-  doc_ids = [vocabularies.encode_batch(vocab, [text], encoder.doc_max_length)[0]
+  doc_ids = [tokenization.encode_batch(tokenizer, [text], encoder.doc_max_length)[0]
              for text in data.docs]
   all_tokens = [(d, p) for d, v in enumerate(doc_vectors) for p in range(len(v))]
   gold, lexical, num_tokens = np.zeros(k), np.zeros(k), 0
   for query_id, query in zip(data.query_ids, data.queries):
     vectors, mask, _ = encoder.encode_queries([query])
-    ids = vocabularies.encode_batch(vocab, [query], encoder.query_max_length)[0]
+    ids = tokenization.encode_batch(tokenizer, [query], encoder.query_max_length)[0]
     relevant = {data.doc_ids.index(d) for d, rel in data.qrels[query_id].items() if rel > 0}
     for i in range(mask.shape[1]):
       if not mask[0, i] or ids[i] == eos:

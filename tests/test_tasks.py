@@ -13,6 +13,7 @@ import tensorflow as tf
 import tasks
 from tasks import beir
 from tasks import msmarco
+from tests.test_tokenization import tf_ids
 from xtr import vocabularies
 
 LENGTHS = {"query": 32, "positive": 256, "negative": 256}
@@ -83,7 +84,7 @@ def test_task_ids_equal_encode_batch(any_vocab, msmarco_triples_path, scifact_di
     examples = list(ds.as_numpy_iterator())
     assert len(examples) == len(rows)
     for i, name in enumerate(("query", "positive", "negative")[:len(rows[0])]):
-      expected = vocabularies.encode_batch(any_vocab, [r[i] for r in rows], lengths[name])
+      expected = tf_ids(any_vocab, [r[i] for r in rows], lengths[name])
       assert [ex[name].tolist() for ex in examples] == [_unpadded(e) for e in expected]
     for ex in examples:
       for name, ids in ex.items():

@@ -4,7 +4,6 @@ import itertools
 import json
 import pickle
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import transformers
@@ -60,16 +59,6 @@ def test_t5_check_values(t5_vocab):
   assert vocabularies.special_tokens(t5_vocab) == ((), (1,))
 
 
-def test_t5_encode_batch_lowercases_and_appends_eos(t5_vocab):
-  batch = vocabularies.encode_batch(t5_vocab, [T5_CHECK_TEXT, ""], max_length=16)
-  expected = t5_vocab.encode(T5_CHECK_TEXT.lower()) + [1]
-  assert expected != T5_CHECK_IDS + [1]  # Lowercasing changes the ids.
-  np.testing.assert_array_equal(batch[0], expected + [0] * (16 - len(expected)))
-  np.testing.assert_array_equal(batch[1], [1] + [0] * 15)
-  trimmed = vocabularies.encode_batch(t5_vocab, [T5_CHECK_TEXT], max_length=4)
-  np.testing.assert_array_equal(trimmed[0], expected[:3] + [1])
-
-
 def test_bert_ids_equal_transformers(bert_vocab, minilm_dir, texts):
   tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
   expected = tokenizer(texts, add_special_tokens=False, truncation=False)["input_ids"]
@@ -116,18 +105,6 @@ def test_bert_tf_encoding_keeps_the_iterator_checkpointable(minilm_dir, texts, t
   assert [next(iterator).numpy().tolist() for _ in range(2)] == after == [
       vocab.encode(t) for t in texts[1:3]]
   assert vocab.encode_tf(tf.constant(texts[0])).numpy().tolist() == vocab.encode(texts[0])
-
-
-def test_bert_encode_batch_trims_keeps_specials_and_pads(bert_vocab, texts):
-  doc = texts[0]
-  lowered = bert_vocab.encode(doc.lower())
-  batch = vocabularies.encode_batch(bert_vocab, [doc, "", "Hi"], max_length=8)
-  assert batch.dtype == np.int32 and batch.shape == (3, 8)
-  np.testing.assert_array_equal(batch[0], [101] + lowered[:6] + [102])
-  np.testing.assert_array_equal(batch[1], [101, 102, 0, 0, 0, 0, 0, 0])
-  np.testing.assert_array_equal(batch[2], [101, bert_vocab.encode("hi")[0], 102, 0, 0, 0, 0, 0])
-  with pytest.raises(ValueError, match="cannot hold the special tokens"):
-    vocabularies.encode_batch(bert_vocab, [doc], max_length=1)
 
 
 def test_bert_decode_python_and_tf(bert_vocab):

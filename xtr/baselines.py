@@ -13,7 +13,7 @@ from xtr import bm25
 from xtr import evaluation
 from xtr import models
 from xtr import retrieval
-from xtr import vocabularies
+from xtr import tokenization
 
 
 def bm25_search(data: evaluation.BeirData, top_k: int) -> retrieval.Results:
@@ -31,6 +31,8 @@ def encode_untuned(backbone: nn.Module, params: Any, vocabulary: Any, texts: Seq
                    max_length: int, batch_size: int = 32) -> tuple[np.ndarray, list[np.ndarray]]:
   """One pass of a pretrained backbone over `texts`, for both zero-shot baselines.
 
+  vocabulary: the backbone's vocabulary or its `tokenization` tokenizer.
+
   Returns:
     pooled: [N, H] L2-normalized means of the hidden states over each text's tokens (the
       sentence-transformers pooling).
@@ -44,10 +46,11 @@ def encode_untuned(backbone: nn.Module, params: Any, vocabulary: Any, texts: Seq
     normalize = lambda x: x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
     return normalize(mean), normalize(hidden)
 
+  tokenizer = tokenization.of(vocabulary)
   pooled, tokens = [], []
   for start in tqdm.tqdm(range(0, len(texts), batch_size), desc="encode (untuned)", unit="batch"):
     ids = np.zeros((batch_size, max_length), np.int32)
-    chunk = vocabularies.encode_batch(vocabulary, texts[start:start + batch_size], max_length)
+    chunk = tokenization.encode_batch(tokenizer, texts[start:start + batch_size], max_length)
     ids[:len(chunk)] = chunk
     batch_pooled, batch_tokens = jax.device_get(encode(ids))
     pooled.append(batch_pooled[:len(chunk)])

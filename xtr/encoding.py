@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 import tqdm
 from etils import epath
 
-from xtr import vocabularies
+from xtr import tokenization
 
 
 def latest_step_dir(checkpoint: str) -> epath.Path:
@@ -59,14 +59,15 @@ def fingerprint(params: Any) -> str:
 class Encoder:
   """Encodes texts into token vectors in batches of at most `batch_size` rows, each padded to a
   power of two (1, 2, 4, ..., batch_size): one compilation per (rows, length) bucket, and a lone
-  query runs one row, not batch_size."""
+  query runs one row, not batch_size. Texts are tokenized in Python (`xtr.tokenization`)."""
 
   def __init__(self, params: Any, model: nn.Module = gin.REQUIRED,
                vocabulary: Any = gin.REQUIRED, query_max_length: int = 32,
                doc_max_length: int = 256, batch_size: int = 32):
+    """vocabulary: the model's training vocabulary or its `tokenization` tokenizer."""
     self.params = params
     self.model = model
-    self.vocabulary = vocabulary
+    self.tokenizer = tokenization.of(vocabulary)
     self.query_max_length = query_max_length
     self.doc_max_length = doc_max_length
     self.batch_size = batch_size
@@ -98,8 +99,8 @@ class Encoder:
     salience = np.zeros((len(texts), max_length), np.float32) if self.has_salience else None
     starts = range(0, len(texts), self.batch_size)
     for start in tqdm.tqdm(starts, desc=progress, unit="batch", disable=progress is None):
-      ids = vocabularies.encode_batch(
-          self.vocabulary, texts[start:start + self.batch_size], max_length)
+      ids = tokenization.encode_batch(
+          self.tokenizer, texts[start:start + self.batch_size], max_length)
       padded = np.zeros((min(self.batch_size, 1 << (len(ids) - 1).bit_length()), max_length),
                         np.int32)
       padded[:len(ids)] = ids
@@ -113,8 +114,8 @@ class Encoder:
 
   def unknown_only(self, texts: Sequence[str], max_length: int) -> list[int]:
     """Indices of the texts whose tokens are all unknown to the vocabulary (or none at all)."""
-    ids = vocabularies.encode_batch(self.vocabulary, texts, max_length)
-    return np.flatnonzero(vocabularies.unknown_only(self.vocabulary, ids)).tolist()
+    ids = tokenization.encode_batch(self.tokenizer, texts, max_length)
+    return np.flatnonzero(tokenization.unknown_only(self.tokenizer, ids)).tolist()
 
   def encode_queries(self, texts: Sequence[str]
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -19,29 +19,23 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import seqio
-import tensorflow as tf
 
 from xtr import bert
 from xtr import encoding
 from xtr import models
 from xtr import salience as salience_lib
+from xtr import storage
 from xtr import t5
-from xtr import vocabularies
+from xtr import tokenization
 from xtr.index import files
 
 _BACKBONES = {"t5": (t5.T5Encoder, t5.T5Config), "bert": (bert.BertEncoder, bert.BertConfig)}
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _file_sha256(path: str) -> str:
-  """sha256 of a local or gs:// file."""
-  return files.sha256(path, tf.io.gfile.GFile)
-
-
 def describe(encoder: encoding.Encoder) -> dict[str, Any]:
   """The JSON description of `encoder`'s model, vocabulary and lengths (module docstring)."""
-  model, vocabulary = encoder.model, encoder.vocabulary
+  model = encoder.model
   name = next((name for name, (module, _) in _BACKBONES.items()
                if isinstance(model.backbone, module)), None)
   if name is None:
@@ -49,15 +43,8 @@ def describe(encoder: encoding.Encoder) -> dict[str, Any]:
                     f"can store {sorted(_BACKBONES)}.")
   config = dataclasses.asdict(model.backbone.config)
   config["dtype"] = jnp.dtype(config["dtype"]).name
-  if isinstance(vocabulary, vocabularies.BertVocabulary):
-    path = vocabularies.wordpiece_file(vocabulary.path)
-    vocab = {"kind": "wordpiece", "path": path, "sha256": _file_sha256(path)}
-  elif isinstance(vocabulary, seqio.SentencePieceVocabulary):
-    path = vocabulary.sentencepiece_model_file
-    vocab = {"kind": "sentencepiece", "path": path, "sha256": _file_sha256(path),
-             "extra_ids": vocabulary.extra_ids}
-  else:
-    raise TypeError(f"Cannot describe the vocabulary {vocabulary!r}.")
+  vocab = encoder.tokenizer.describe()
+  vocab["sha256"] = files.sha256(vocab["path"])
   salience = None if model.salience is None else dataclasses.asdict(model.salience)
   return {"backbone": name, "config": config, "embed_dim": model.embed_dim,
           "salience": salience, "vocabulary": vocab,
@@ -161,21 +148,21 @@ def _check_params(model: models.XTREncoder, params: Any, checkpoint: str, where:
                    f"{problem}. Search with the checkpoint the index was exported with.")
 
 
-def _vocabulary(spec: Any, where: str, path: str | None) -> seqio.Vocabulary:
+def _vocabulary(spec: Any, where: str, path: str | None) -> tokenization.Tokenizer:
   kinds = {"sentencepiece", "wordpiece"}
   if (not isinstance(spec, dict) or spec.get("kind") not in kinds
       or not isinstance(spec.get("path"), str) or not isinstance(spec.get("sha256"), str)):
     raise ValueError(f"{where}: model.vocabulary needs a kind in {sorted(kinds)}, a path and a "
                      "sha256.")
   path = path or spec["path"]
-  if not tf.io.gfile.exists(path):
+  if not storage.exists(path):
     raise FileNotFoundError(
         f"{where}: the index's vocabulary {path} does not exist here; give a copy with "
         "--vocabulary=PATH (its sha256 must be the recorded one).")
-  if _file_sha256(path) != spec["sha256"]:
+  if files.sha256(path) != spec["sha256"]:
     raise ValueError(f"{where}: the vocabulary {path} is not the one the index was built with "
                      f"(sha256 {spec['sha256']}).")
   if spec["kind"] == "wordpiece":
-    return vocabularies.BertVocabulary(path)
+    return tokenization.WordPiece(path)
   extra_ids = _check_type(spec.get("extra_ids"), int, f"{where}: model.vocabulary.extra_ids")
-  return seqio.SentencePieceVocabulary(path, extra_ids=extra_ids)
+  return tokenization.SentencePiece(path, extra_ids)

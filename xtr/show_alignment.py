@@ -19,7 +19,7 @@ from xtr import alignment_render
 from xtr import cli
 from xtr import evaluation
 from xtr import salience
-from xtr import vocabularies
+from xtr import tokenization
 
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "BEIR-layout dataset directory.")
 _SPLIT = flags.DEFINE_string("split", "test", "qrels split of the query (for its gold document).")
@@ -73,21 +73,20 @@ def main(argv: Sequence[str]) -> None:
   q, q_mask, u_q = (a[0] for a in encoder.encode_queries([query_text]))
   d = token_index.doc_vectors([doc_index])[0]
   u_d = token_index.doc_saliences([doc_index])[0]
-  ids = {role: vocabularies.encode_batch(encoder.vocabulary, [text], length)[0]
+  ids = {role: tokenization.encode_batch(encoder.tokenizer, [text], length)[0]
          for role, text, length in (("query", query_text, encoder.query_max_length),
                                     ("doc", data.docs[data.doc_ids.index(doc_id)],
                                      encoder.doc_max_length))}
-  doc_ids = ids["doc"][ids["doc"] != encoder.vocabulary.pad_id]
+  doc_ids = ids["doc"][ids["doc"] != encoder.tokenizer.pad_id]
   if len(doc_ids) != len(d):
     raise ValueError(f"document {doc_id} has {len(d)} tokens in --index={_INDEX.value} but "
                      f"{len(doc_ids)} when tokenized: the index was not built from this corpus.")
   s = q[q_mask] @ d.T
   pairs = alignment_render.salient_alignments(s, u_q[q_mask], _NUM_ALIGNED.value)
-  query = {"id": _QUERY_ID.value, "pieces": vocabularies.pieces(encoder.vocabulary,
-                                                                 ids["query"][q_mask]),
+  query = {"id": _QUERY_ID.value, "pieces": encoder.tokenizer.pieces(ids["query"][q_mask]),
            "u": u_q[q_mask], "kept": salience.kept(u_q[q_mask], _BETA_Q.value),
            "beta": _BETA_Q.value}
-  doc = {"id": doc_id, "pieces": vocabularies.pieces(encoder.vocabulary, doc_ids), "u": u_d,
+  doc = {"id": doc_id, "pieces": encoder.tokenizer.pieces(doc_ids), "u": u_d,
          "kept": salience.kept(u_d, _BETA_D.value), "beta": _BETA_D.value}
   with evaluation.atomic_open(_OUT.value) as f:
     f.write(alignment_render.render(query, doc, pairs, s, markdown=_OUT.value.endswith(".md")))

@@ -21,7 +21,7 @@ from absl import flags
 
 from xtr import cli
 from xtr import evaluation
-from xtr import vocabularies
+from xtr import tokenization
 from xtr.index import reader
 
 matplotlib.use("Agg")
@@ -73,14 +73,13 @@ def token_curves(doc_index: Sequence[np.ndarray], position: Sequence[np.ndarray]
 def analyze(data: evaluation.BeirData, encoder: Any, token_index: reader.TokenIndex, k: int,
             searcher: str) -> dict[str, Any]:
   """Retrieves the top-k tokens of every (non-special) query token of `data`; their curves."""
-  vocab = encoder.vocabulary
-  prefix, suffix = vocabularies.special_tokens(vocab)
+  tokenizer = encoder.tokenizer
   q, q_mask, _ = encoder.encode_queries(data.queries)
-  q_ids = vocabularies.encode_batch(vocab, data.queries, encoder.query_max_length)
+  q_ids = tokenization.encode_batch(tokenizer, data.queries, encoder.query_max_length)
   row_of = {doc_id: i for i, doc_id in enumerate(token_index.doc_ids)}
   doc_index, position, query_token_ids, gold_docs = [], [], [], []
   for i, query_id in enumerate(tqdm.tqdm(data.query_ids, desc="retrieve", unit="query")):
-    keep = q_mask[i] & ~np.isin(q_ids[i], prefix + suffix)
+    keep = q_mask[i] & ~np.isin(q_ids[i], tokenizer.prefix + tokenizer.suffix)
     _, docs, positions = token_index.search_tokens(q[i][keep], k, searcher)
     doc_index.append(docs)
     position.append(positions)
@@ -88,7 +87,7 @@ def analyze(data: evaluation.BeirData, encoder: Any, token_index: reader.TokenIn
     gold_docs.append({row_of[d] for d, rel in data.qrels[query_id].items() if rel > 0})
   retrieved = sorted({int(d) for docs in doc_index for d in np.unique(docs) if d >= 0})
   texts = {doc_id: text for doc_id, text in zip(data.doc_ids, data.docs)}
-  ids = vocabularies.encode_batch(vocab, [texts[token_index.doc_ids[d]] for d in retrieved],
+  ids = tokenization.encode_batch(tokenizer, [texts[token_index.doc_ids[d]] for d in retrieved],
                                   encoder.doc_max_length)
   doc_token_ids = {d: row[row != 0] for d, row in zip(retrieved, ids)}
   for d, row in doc_token_ids.items():

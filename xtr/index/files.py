@@ -14,6 +14,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from xtr import storage
+
 FORMAT = 2
 MANIFEST = "manifest.json"
 WRITER = "writer.json"
@@ -82,10 +84,10 @@ def json_line(line: bytes, path: str, line_number: int) -> Any:
                             "damaged.") from None
 
 
-def sha256(path: str, opener: Callable[[str, str], BinaryIO] = open) -> str:
-  """The sha256 of the file at `path`; `opener` may be e.g. `tf.io.gfile.GFile` for gs://."""
+def sha256(path: str) -> str:
+  """The sha256 of the file at `path` (local or gs://)."""
   digest = hashlib.sha256()
-  with opener(path, "rb") as f:
+  with storage.open_binary(path) as f:
     for block in iter(lambda: f.read(1 << 24), b""):
       digest.update(block)
   return digest.hexdigest()
