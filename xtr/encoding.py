@@ -65,13 +65,13 @@ class Encoder:
                vocabulary: Any = gin.REQUIRED, query_max_length: int = 32,
                doc_max_length: int = 256, batch_size: int = 32):
     """vocabulary: the model's training vocabulary or its `tokenization` tokenizer."""
-    self.params = params
+    self.params = jax.device_put(params)  # Once: host arrays would be copied on every call.
     self.model = model
     self.tokenizer = tokenization.of(vocabulary)
     self.query_max_length = query_max_length
     self.doc_max_length = doc_max_length
     self.batch_size = batch_size
-    self.fingerprint = fingerprint(params)
+    self.fingerprint = fingerprint(self.params)
     self._apply = jax.jit(lambda p, ids, role: model.apply({"params": p}, ids, role=role),
                           static_argnums=2)
     self.dim = jax.eval_shape(self._apply, params, jnp.ones((1, 1), jnp.int32),
