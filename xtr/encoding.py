@@ -32,14 +32,17 @@ def latest_step_dir(checkpoint: str) -> epath.Path:
 
 
 def load_params(checkpoint: str) -> Any:
-  """The model parameters saved by `xtr-train` (optimizer state is not loaded)."""
+  """The model parameters saved by `xtr-train` (optimizer state is not loaded), restored onto
+  the first device (no host copy: a search process holds them once)."""
   state_dir = latest_step_dir(checkpoint) / "state"
   metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
-  abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), metadata["params"])
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          metadata["params"])
   restored = ocp.PyTreeCheckpointer().restore(
       state_dir, args=ocp.args.PyTreeRestore(
           item={"params": abstract},
-          restore_args={"params": jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
+          restore_args={"params": jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device),
                                                abstract)},
           partial_restore=True))
   return restored["params"]
@@ -65,7 +68,7 @@ class Encoder:
                vocabulary: Any = gin.REQUIRED, query_max_length: int = 32,
                doc_max_length: int = 256, batch_size: int = 32):
     """vocabulary: the model's training vocabulary or its `tokenization` tokenizer."""
-    self.params = jax.device_put(params)  # Once: host arrays would be copied on every call.
+    self.params = jax.device_put(params)  # Host arrays would be copied at every call.
     self.model = model
     self.tokenizer = tokenization.of(vocabulary)
     self.query_max_length = query_max_length

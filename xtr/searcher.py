@@ -35,6 +35,8 @@ def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
       exist.
   """
   token_index = reader.open_index(index_path, verify)
+  # ScaNN holds its codes twice while it loads: before the parameters, that peak adds to less.
+  token_index.load_scann()
   params = encoding.load_params(checkpoint)
   encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
                                params, checkpoint, vocabulary)

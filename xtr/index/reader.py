@@ -127,14 +127,18 @@ class _Shard:
     positions = np.where(found, tokens - self.doc_offsets[docs], -1).astype(np.int32)
     return docs, positions
 
-  def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None,
-                   threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none);
-    `leaves_to_search` partitions per query (None: as built), queries spread over `threads`."""
+  def load_scann(self) -> None:
+    """Verifies and loads the ScaNN searcher (once)."""
     if self._scann is None:
       names = scann_search.listed_names(self.manifest["files"])
       self._verifier.check(f"{files.SCANN_DIR}/{name}" for name in sorted(names))
       self._scann = scann_search.load(os.path.join(self.path, files.SCANN_DIR), names)
+
+  def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None,
+                   threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none);
+    `leaves_to_search` partitions per query (None: as built), queries spread over `threads`."""
+    self.load_scann()
     tokens, scores = scann_search.search(self._scann, queries, k,
                                          self.manifest["scann"]["reorder_k"], leaves_to_search,
                                          threads)
@@ -213,6 +217,11 @@ class TokenIndex:
     """Raises DamagedIndexError naming any file whose sha256 differs from the manifest's."""
     for shard in self._shards:
       shard.verify()
+
+  def load_scann(self) -> None:
+    """Verifies and loads every shard's ScaNN searcher now rather than at the first search."""
+    for shard in self._shards:
+      shard.load_scann()
 
   def doc_vectors(self, doc_indices: Sequence[int]) -> list[np.ndarray]:
     """All token vectors of the given (global) docs: one [len_i, D] float32 array per doc."""

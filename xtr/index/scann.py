@@ -30,13 +30,16 @@ class ScannConfig:
 
   Released XTR: tree(num_leaves=min(2000, T), num_leaves_to_search=100,
   training_sample_size=min(250000, T)).score_ah(1, anisotropic_quantization_threshold=0.1), no
-  reordering. Here the tree has min(num_leaves, ceil(sqrt(T))) leaves for T tokens (the usual
-  sqrt(T) k-means sizing, equal to the released 2000 from T = 4M tokens on) and searches
-  min(num_leaves_to_search, leaves) of them. Indexes of fewer than 16 tokens are too small to
-  train AH codebooks and are scored exactly by ScaNN (no tree).
+  reordering. Here the tree has min(num_leaves, ceil(leaves_factor·sqrt(T))) leaves for T tokens
+  (the usual sqrt(T) k-means sizing, equal to the released 2000 from T = 4M tokens on) and
+  searches min(num_leaves_to_search, leaves) of them. Indexes of fewer than 16 tokens are too
+  small to train AH codebooks and are scored exactly by ScaNN (no tree). `gin/scann/` holds the
+  settings measured faster or smaller in docs/performance.md.
 
   Attributes:
     num_leaves: upper bound on the number of k-means partitions.
+    leaves_factor: partitions per sqrt(T) tokens (more, smaller partitions: each searched leaf
+      holds fewer tokens).
     num_leaves_to_search: partitions searched per query token.
     training_sample_size: tokens sampled to train the partitions.
     dims_per_block: dimensions per AH block: 1 (ScaNN codes of 128 bytes per 128-d token), 2 or
@@ -51,6 +54,7 @@ class ScannConfig:
       109 s on one, measured in one run) at the price of rare differences at near ties.
   """
   num_leaves: int = 2000
+  leaves_factor: float = 1.0
   num_leaves_to_search: int = 100
   training_sample_size: int = 250_000
   dims_per_block: int = 1
@@ -60,29 +64,31 @@ class ScannConfig:
   training_threads: int = 1
 
 
-def build(vectors: np.ndarray, config: ScannConfig
-          ) -> tuple[scann_ops_pybind.ScannSearcher, dict[str, Any]]:
-  """vectors: [T, D] float32 -> (ScaNN dot-product searcher, its settings as built).
-
-  The settings are `config` with num_leaves, num_leaves_to_search and training_sample_size
-  replaced by the values used (see ScannConfig), plus the scoring ("asymmetric_hashing" or, below
-  16 tokens, "brute_force").
-  """
-  num_tokens = len(vectors)
-  builder = scann_ops_pybind.builder(vectors, 10, "dot_product").set_n_training_threads(
-      config.training_threads)
+def settings(config: ScannConfig, num_tokens: int) -> dict[str, Any]:
+  """What `build` makes of `config` for `num_tokens` tokens: `config` with num_leaves,
+  num_leaves_to_search and training_sample_size replaced by the values used (see ScannConfig),
+  plus the scoring ("asymmetric_hashing" or, below 16 tokens, "brute_force")."""
   if num_tokens < _AH_MIN_TOKENS:
-    settings = dataclasses.asdict(config) | {"scoring": "brute_force", "num_leaves": 0,
-                                             "num_leaves_to_search": 0, "reorder_k": 0}
-    return builder.score_brute_force().build(), settings
-  num_leaves = min(config.num_leaves, math.isqrt(num_tokens - 1) + 1)  # ceil(sqrt(T))
-  settings = dataclasses.asdict(config) | {
+    return dataclasses.asdict(config) | {"scoring": "brute_force", "num_leaves": 0,
+                                         "num_leaves_to_search": 0, "reorder_k": 0}
+  num_leaves = min(config.num_leaves, math.ceil(config.leaves_factor * math.sqrt(num_tokens)))
+  return dataclasses.asdict(config) | {
       "scoring": "asymmetric_hashing", "num_leaves": num_leaves,
       "num_leaves_to_search": min(config.num_leaves_to_search, num_leaves),
       "training_sample_size": min(config.training_sample_size, num_tokens)}
+
+
+def build(vectors: np.ndarray, config: ScannConfig
+          ) -> tuple[scann_ops_pybind.ScannSearcher, dict[str, Any]]:
+  """vectors: [T, D] float32 -> (ScaNN dot-product searcher, its `settings` as built)."""
+  built = settings(config, len(vectors))
+  builder = scann_ops_pybind.builder(vectors, 10, "dot_product").set_n_training_threads(
+      config.training_threads)
+  if built["scoring"] == "brute_force":
+    return builder.score_brute_force().build(), built
   # k-means++ initialisation is seeded; ScaNN's random initialisation is not (non-deterministic).
-  builder = builder.tree(settings["num_leaves"], settings["num_leaves_to_search"],
-                         training_sample_size=settings["training_sample_size"],
+  builder = builder.tree(built["num_leaves"], built["num_leaves_to_search"],
+                         training_sample_size=built["training_sample_size"],
                          random_init=False)
   builder = builder.score_ah(
       config.dims_per_block,
@@ -90,7 +96,7 @@ def build(vectors: np.ndarray, config: ScannConfig
       hash_type=config.hash_type)
   if config.reorder_k:
     builder = builder.reorder(config.reorder_k)
-  return builder.build(), settings
+  return builder.build(), built
 
 
 def write(searcher: scann_ops_pybind.ScannSearcher, index_dir: str) -> dict[str, Any]:
