@@ -4,26 +4,27 @@
   .venv/bin/python benchmarks/dump_vectors.py INDEX_DIR CHECKPOINT DATA_DIR VECTORS_DIR
   .venv/bin/python benchmarks/engines.py VECTORS_DIR DATA_DIR OUT_PREFIX \
       [--scann=NAME[=GIN_FILE] ...] [--threads=1,2] [--rounds=3] [--queries=0] \
-      [--engines=NAME,...] [--cache=DIR]
+      [--engines=NAME,...] [--cache=DIR] [--shards=1]
 
 Engines (`engines` says what each name is): this project's f_XTR' over an index of the vectors
 with the ScaNN settings of each --scann gin file (e.g. gin/scann/fast.gin; none, and by default:
-those of the dumped index), one query at a time and in batches of 64, its ColBERT three
-stages; PyLate 1.6's `retrieve.XTR` over its ScaNN index
-with PyLate's defaults and with this project's settings, one query at a time and in batches;
-PyLate's PLAID with the Stanford backend and with fast-plaid; WARP (xtr-warp-rs) through
-PyLate. Each runs in its own worker process (benchmarks/peers/worker.py; the peers in
-.venv-peers), pinned to each thread count in turn: OMP/MKL/OpenBLAS env, torch's threads,
-XLA's Eigen pool off and one intra-op thread at 1 thread, ScaNN's threads (parallel batches
-off at 1 thread). A worker builds its index once into --cache (the build's time and CPU are
-recorded then; the worker is restarted after a build, so that its peak RSS is loading and
-searching only) or loads it, then answers one untimed warm-up round; then the rounds run
-interleaved, A B C … A B C …. The first timed round's top 100 give nDCG@10 and Recall@100
-(`xtr.evaluation.evaluate` against DATA_DIR's test qrels); latencies are every query's ms in
-every round: median, p95, and queries/s = 1000 / mean; "cores busy" is the worker's CPU time
-over its wall time in the rounds (a check of the pinning). Peak RSS is each worker's VmHWM at
-its end (not ru_maxrss, which keeps the driver's size from before the worker's exec); every
-worker runs with MALLOC_ARENA_MAX=2, as the xtr CLIs do. An engine that does not run gets a row saying exactly why.
+those of the dumped index; in --shards shards of contiguous documents, as `xtr-export
+--num_shards` writes them, searched as one), one query at a time and in batches of 64, its
+ColBERT three stages; PyLate 1.6's `retrieve.XTR` over its ScaNN index with PyLate's defaults
+and with this project's settings, one query at a time and in batches; PyLate's PLAID with the
+Stanford backend and with fast-plaid; WARP (xtr-warp-rs) through PyLate. Each runs in its own
+worker process (benchmarks/peers/worker.py; the peers in .venv-peers), pinned to each thread
+count in turn: OMP/MKL/OpenBLAS env, torch's threads, XLA's Eigen pool off and one intra-op
+thread at 1 thread, ScaNN's threads (parallel batches off at 1 thread). A worker builds its
+index once into --cache (the build's time and CPU are recorded then; the worker is restarted
+after a build, so that its peak RSS is loading and searching only) or loads it, then answers one
+untimed warm-up round; then the rounds run interleaved, A B C … A B C …. The first timed round's
+top 100 give nDCG@10 and Recall@100 (`xtr.evaluation.evaluate` against DATA_DIR's test qrels);
+latencies are every query's ms in every round: median, p95, and queries/s = 1000 / mean; "cores
+busy" is the worker's CPU time over its wall time in the rounds (a check of the pinning). Peak
+RSS is each worker's VmHWM at its end (not ru_maxrss, which keeps the driver's size from before
+the worker's exec); every worker runs with MALLOC_ARENA_MAX=2, as the xtr CLIs do. An engine
+that does not run gets a row saying exactly why.
 
 Writes OUT_PREFIX.json and OUT_PREFIX.md (one table per thread count); workers' stderr goes to
 OUT_PREFIX.logs/. Smoke run: --queries=20 --rounds=1.
@@ -47,10 +48,11 @@ PEERS_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
 BATCH = 64
 
 
-def engines(scanns: dict[str, tuple[str | None, dict]]) -> dict[str, tuple[str, str, dict]]:
+def engines(scanns: dict[str, tuple[str | None, dict]], shards: int = 1
+            ) -> dict[str, tuple[str, str, dict]]:
   """name -> (python, worker kind, settings), given scanns[NAME] = (gin file of this project's
   ScaNN settings, None for those of the dumped index; the settings an index of the dumped
-  vectors gets from it, `xtr.index.scann.settings`).
+  vectors gets from it, `xtr.index.scann.settings`), and the shards of this project's indexes.
 
   NAME, NAME_batched: this project's f_XTR' (k' = 1000) over an index of the vectors with ScaNN
     settings NAME, built by the worker, one query at a time (`retrieval.rank`) or 64 per call
@@ -80,24 +82,24 @@ def engines(scanns: dict[str, tuple[str | None, dict]]) -> dict[str, tuple[str, 
   plaid = {"nbits": 4, "kmeans_niters": 4, "n_ivf_probe": 8, "n_full_scores": 8192}
   ours = {}
   for name, (gin_file, _) in scanns.items():
-    ours[name] = (sys.executable, "xtr", {"name": name, "scann_gin": gin_file})
-    ours[name + "_batched"] = (sys.executable, "xtr", {"name": name, "scann_gin": gin_file,
-                                                       "batch": BATCH})
+    settings = {"name": name, "scann_gin": gin_file, "shards": shards}
+    ours[name] = (sys.executable, "xtr", settings)
+    ours[name + "_batched"] = (sys.executable, "xtr", settings | {"batch": BATCH})
   first, (gin_file, _) = next(iter(scanns.items()))
   return ours | {
       "colbert": (sys.executable, "xtr", {"name": first, "scann_gin": gin_file,
-                                          "scoring": "colbert"}),
+                                          "shards": shards, "scoring": "colbert"}),
       "pylate_xtr": (PEERS_PYTHON, "pylate_xtr", pylate_defaults),
       "pylate_xtr_batched": (PEERS_PYTHON, "pylate_xtr", pylate_defaults | {"batch": BATCH}),
       "pylate_xtr_k1000": (PEERS_PYTHON, "pylate_xtr", pylate_defaults | {"k_token": 1000}),
       "pylate_xtr_project": (PEERS_PYTHON, "pylate_xtr", pylate_project),
       "pylate_xtr_project_batched": (PEERS_PYTHON, "pylate_xtr",
                                      pylate_project | {"batch": BATCH}),
-      "plaid_stanford": (PEERS_PYTHON, "pylate_plaid",
-                         {"name": "plaid_stanford", "use_fast": False} | plaid),
-      "fast_plaid": (PEERS_PYTHON, "pylate_plaid",
-                     {"name": "plaid_fast", "use_fast": True} | plaid),
-      "warp": (PEERS_PYTHON, "pylate_warp", {"name": "warp"}),
+      "plaid_stanford": (PEERS_PYTHON, "pylate_index", {"name": "plaid_stanford", "index": "PLAID",
+                                                        "use_fast": False} | plaid),
+      "fast_plaid": (PEERS_PYTHON, "pylate_index", {"name": "plaid_fast", "index": "PLAID",
+                                                    "use_fast": True} | plaid),
+      "warp": (PEERS_PYTHON, "pylate_index", {"name": "warp", "index": "WARP"}),
   }
 
 
@@ -249,6 +251,8 @@ def main() -> None:
                       help="this project's engine NAME with the ScaNN settings of GIN_FILE "
                            "(e.g. gin/scann/fast.gin; none: the dumped index's); repeat for "
                            "several (default: xtr, the dumped index's)")
+  parser.add_argument("--shards", type=int, default=1,
+                      help="this project's indexes in this many shards (contiguous documents)")
   args = parser.parse_args()
   args.cache = args.cache or os.path.join(args.vectors, "indexes")
   for name in ("vectors", "cache", "out"):
@@ -266,7 +270,7 @@ def main() -> None:
     scanns = {name: (os.path.abspath(gin_file), _scann_settings(gin_file, num_tokens))
               if gin_file else (None, source["scann"])
               for name, _, gin_file in (spec.partition("=") for spec in args.scann)}
-  specs = engines(scanns)
+  specs = engines(scanns, args.shards)
   names = args.engines.split(",") if args.engines else list(specs)
   rows = [row for threads in map(int, args.threads.split(","))
           for row in run_threads(args, threads, names, specs, data)]

@@ -2,7 +2,7 @@
 
   .venv/bin/python benchmarks/scaling.py VECTORS_DIR DATA_DIR OUT_PREFIX \
       [--scales=1,2,4,8,16] [--real_index=INDEX_DIR ...] [--noise=0.3] \
-      [--engines=fast,pylate_xtr] [--scann=fast=gin/scann/fast.gin]
+      [--engines=fast,pylate_xtr_k1000] [--scann=fast=gin/scann/fast.gin]
 
 VECTORS_DIR is benchmarks/dump_vectors.py's dump (e.g. SciFact's, with its test queries). For
 scale s, the corpus is the dump's documents, then the documents of each --real_index (other
@@ -14,11 +14,14 @@ is measured against the dump's qrels at every scale. Each scale is a dump of its
 (OUT_PREFIX.s{s}/, the queries linked), searched by benchmarks/engines.py (one thread, the
 engines' own builds) into OUT_PREFIX.s{s}.json; then OUT_PREFIX.json/.md/.png give median
 latency and peak RSS against tokens on log-log axes, with the exponent b of the least-squares
-fit latency ~ a * tokens^b per engine. A scale whose corpus does not fit in memory (the
-engines' builds hold float32 copies of every token) is skipped with the reason.
+fit latency ~ a * tokens^b per engine. Where one ScaNN build of a scale does not fit in 80 % of
+this machine's memory (it holds ~3 float32 copies of every token), this project's engines build
+the fewest shards that fit (`xtr-export --num_shards`, searched as one index) and the peers,
+which build one index, are skipped with the reason.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,7 +37,9 @@ from matplotlib import pyplot as plt  # pylint: disable=wrong-import-position
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUERY_FILES = ("query_vectors.npy", "query_mask.npy", "query_ids.json")
-BUILD_BYTES_PER_TOKEN = 2 * 128 * 4  # Two float32 copies of a token during a build (peers').
+# A ScaNN build holds ~3 float32 copies of the corpus at its peak: the input and two of its own
+# (2M random 128-d tokens, 1 GB: peak RSS 3.8 GB over a 0.7 GB process).
+BUILD_BYTES_PER_TOKEN = 3 * 128 * 4
 
 
 def _real_documents(vectors_dir: str, real_indexes: list[str]):
@@ -103,7 +108,7 @@ def main() -> None:
   parser.add_argument("--scales", default="1,2,4,8,16")
   parser.add_argument("--real_index", action="append", default=[])
   parser.add_argument("--noise", type=float, default=0.3)
-  parser.add_argument("--engines", default="fast,pylate_xtr")
+  parser.add_argument("--engines", default="fast,pylate_xtr_k1000")
   parser.add_argument("--scann", action="append", default=[],
                       help="NAME=GIN_FILE, as engines.py's (default: fast=gin/scann/fast.gin)")
   parser.add_argument("--rounds", type=int, default=1)
@@ -111,15 +116,19 @@ def main() -> None:
   args.scann = args.scann or ["fast=gin/scann/fast.gin"]
   available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   base_tokens = int(np.load(os.path.join(args.vectors, "doc_lengths.npy")).sum())
-  rows, skipped = [], {}
+  ours = [spec.partition("=")[0] for spec in args.scann]
+  rows, skipped = [], []
   for scale in map(int, args.scales.split(",")):
-    if scale * base_tokens * BUILD_BYTES_PER_TOKEN > 0.8 * available:
-      skipped[scale] = (f"{scale * base_tokens:,} tokens need ~"
-                        f"{scale * base_tokens * BUILD_BYTES_PER_TOKEN / 2**30:.0f} GiB to build "
-                        f"(two float32 copies), over 80 % of this machine's "
-                        f"{available / 2**30:.0f} GiB")
-      print(f"scale {scale}: skipped: {skipped[scale]}", file=sys.stderr, flush=True)
-      continue
+    build_bytes = scale * base_tokens * BUILD_BYTES_PER_TOKEN
+    shards = math.ceil(build_bytes / (0.8 * available))
+    engine_names = args.engines.split(",")
+    if shards > 1:
+      engine_names = [e for e in engine_names if e.removesuffix("_batched") in ours]
+      skipped += [f"{e} at {scale}x: one index of {scale * base_tokens:,} tokens needs ~"
+                  f"{build_bytes / 2**30:.0f} GiB to build (ScaNN holds ~3 float32 copies), over "
+                  f"80 % of this machine's {available / 2**30:.0f} GiB"
+                  for e in args.engines.split(",") if e not in engine_names]
+      print(f"scale {scale}: {shards} shards; {'; '.join(skipped)}", file=sys.stderr, flush=True)
     out_dir = f"{args.out}.s{scale}"
     if not os.path.exists(os.path.join(out_dir, "source.json")):
       write_scale(args.vectors, args.real_index, scale, args.noise, out_dir)
@@ -127,12 +136,12 @@ def main() -> None:
     if not os.path.exists(report + ".json"):
       subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "engines.py"), out_dir,
                       args.data_dir, report, "--threads=1", f"--rounds={args.rounds}",
-                      f"--engines={args.engines}", *[f"--scann={s}" for s in args.scann]],
-                     check=True)
+                      f"--engines={','.join(engine_names)}", f"--shards={shards}",
+                      *[f"--scann={s}" for s in args.scann]], check=True)
     with open(report + ".json", encoding="utf-8") as f:
       engine_rows = json.load(f)["rows"]
     tokens = int(np.load(os.path.join(out_dir, "doc_lengths.npy")).sum())
-    rows += [row | {"scale": scale, "tokens": tokens} for row in engine_rows]
+    rows += [row | {"scale": scale, "tokens": tokens, "shards": shards} for row in engine_rows]
   fits = {}
   for engine in dict.fromkeys(r["engine"] for r in rows):
     ran = [r for r in rows if r["engine"] == engine and "error" not in r]
@@ -144,14 +153,14 @@ def main() -> None:
   evaluation.write_json({"rows": rows, "fits": fits, "skipped": skipped,
                          "noise": args.noise, "real_indexes": args.real_index},
                         args.out + ".json")
-  lines = ["| engine | scale | tokens | nDCG@10 | p50 ms | peak RSS MB | build s |",
-           "|---|---|---|---|---|---|---|"]
-  lines += [f"| {r['engine']} | {r['scale']}x | {r['tokens']:,} | {r['ndcg@10']:.4f} | "
-            f"{r['p50_ms']:.1f} | {r['peak_rss_mb']:.0f} | {r['build_s']:.0f} |"
-            for r in rows if "error" not in r]
+  lines = ["| engine | scale | tokens | shards | nDCG@10 | p50 ms | peak RSS MB | build s |",
+           "|---|---|---|---|---|---|---|---|"]
+  lines += [f"| {r['engine']} | {r['scale']}x | {r['tokens']:,} | {r['shards']} | "
+            f"{r['ndcg@10']:.4f} | {r['p50_ms']:.1f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['build_s']:.0f} |" for r in rows if "error" not in r]
   lines += [f"\n{engine}: latency ~ tokens^{fit['latency_exponent']:.2f}, peak RSS ~ "
             f"tokens^{fit['rss_exponent']:.2f}" for engine, fit in fits.items()]
-  lines += [f"\nScale {scale}x skipped: {reason}." for scale, reason in skipped.items()]
+  lines += [f"\nSkipped: {reason}." for reason in skipped]
   with evaluation.atomic_open(args.out + ".md") as f:
     f.write("\n".join(lines) + "\n")
   print("\n".join(lines))

@@ -18,6 +18,7 @@ then), then answers JSON lines on stdin with JSON lines on stdout:
 A batched engine's per-query ms is its batch's time divided by the batch's size. Everything
 else the libraries print goes to stderr.
 """
+import collections.abc
 import faulthandler
 import json
 import os
@@ -49,9 +50,26 @@ class Data:
     self.queries = [v[m] for v, m in zip(q, mask)]
     self.source = _read_json(os.path.join(path, "source.json"))
 
-  def docs(self) -> list[np.ndarray]:
-    """Each doc's token vectors [len_i, D] float32."""
-    return np.split(np.asarray(self.doc_vectors, np.float32), np.cumsum(self.doc_lengths)[:-1])
+  def docs(self) -> "Docs":
+    """Each doc's token vectors [len_i, D] float32, as a sequence."""
+    return Docs(self.doc_vectors, self.doc_lengths)
+
+
+class Docs(collections.abc.Sequence):
+  """docs[i]: doc i's token vectors [len_i, D] float32, converted from the dump when read, so
+  that a build holds no float32 copy of the corpus beside its own (with one, PyLate's ScaNN
+  build of 8x SciFact's tokens was killed for memory at 20 GB)."""
+
+  def __init__(self, vectors: np.ndarray, lengths: np.ndarray):
+    self.vectors, self.offsets = vectors, np.concatenate([[0], np.cumsum(lengths)])
+
+  def __len__(self) -> int:
+    return len(self.offsets) - 1
+
+  def __getitem__(self, i: int) -> np.ndarray:
+    if not 0 <= i < len(self):
+      raise IndexError(i)
+    return np.asarray(self.vectors[self.offsets[i]:self.offsets[i + 1]], np.float32)
 
 
 def _read_json(path: str):
@@ -91,19 +109,22 @@ class Xtr:
 
   def __init__(self, data: Data, cache: str, threads: int, name: str,
                scann_gin: str | None = None, scoring: str = "xtr", batch: int = 0,
-               k_prime: int = 1000):
+               k_prime: int = 1000, shards: int = 1):
     from xtr import retrieval  # pylint: disable=import-outside-toplevel
     from xtr.index import files  # pylint: disable=import-outside-toplevel
     from xtr.index import reader  # pylint: disable=import-outside-toplevel
     self._retrieval = retrieval
     folder = os.path.join(cache, name)
-    self.info = _cached_build(folder, threads, lambda: _build_xtr_index(data, folder, scann_gin))
+    self.info = _cached_build(folder, threads,
+                              lambda: _build_xtr_index(data, folder, scann_gin, shards))
     self.index = reader.open_index(folder)
-    kinds = files.bytes_by_kind(self.index.manifest)
-    self.info["bytes"] = (kinds["scann"] + kinds["records"] if scoring == "xtr"  # f_XTR' reads
-                          else sum(kinds.values()))
+    manifests = [files.read_json(os.path.join(path, files.MANIFEST))
+                 for path in _index_dirs(folder, shards)]
+    kinds = [files.bytes_by_kind(manifest) for manifest in manifests]
+    self.info["bytes"] = sum(k["scann"] + k["records"] if scoring == "xtr"  # f_XTR' reads
+                             else sum(k.values()) for k in kinds)
     self.info["settings"] = {"scann_gin": scann_gin, "scoring": scoring, "k_prime": k_prime,
-                             "batch": batch, "scann": self.index.manifest["scann"]}
+                             "batch": batch, "shards": shards, "scann": manifests[0]["scann"]}
     self.config = retrieval.SearchConfig(top_k=TOP_K, k_prime=k_prime, scoring=scoring,
                                          threads=threads)
     self.batch = batch
@@ -131,8 +152,15 @@ class Xtr:
     return rankings, ms
 
 
-def _build_xtr_index(data: Data, folder: str, scann_gin: str | None) -> None:
-  """An index of the dumped vectors at `folder` (see `Xtr`)."""
+def _index_dirs(folder: str, shards: int) -> list[str]:
+  """The directories of an index of `shards` shards at `folder` (as `xtr-export` names them)."""
+  from xtr.index import files  # pylint: disable=import-outside-toplevel
+  return [files.shard_path(folder, s, shards) for s in range(shards)] if shards > 1 else [folder]
+
+
+def _build_xtr_index(data: Data, folder: str, scann_gin: str | None, shards: int) -> None:
+  """An index of the dumped vectors at `folder` (see `Xtr`), in `shards` shards of contiguous
+  documents as `xtr-export --num_shards` writes them (1: not sharded)."""
   import gin  # pylint: disable=import-outside-toplevel
   from xtr import indexing  # pylint: disable=import-outside-toplevel
   from xtr.index import files, scann, writer  # pylint: disable=import-outside-toplevel
@@ -142,18 +170,17 @@ def _build_xtr_index(data: Data, folder: str, scann_gin: str | None) -> None:
     config = scann.ScannConfig()
   else:
     config = scann.ScannConfig(**{k: v for k, v in source["scann"].items() if k != "scoring"})
-  num_docs, docs_per_chunk = len(data.doc_ids), 1000
-  index = writer.IndexWriter(
-      folder, data.doc_vectors.shape[1], "float16", source["model"], source["fingerprint"],
-      docs_per_chunk, indexing.corpus_record(os.path.join(data.path, "doc_ids.json"),
-                                             range(num_docs), num_docs))
-  offsets = np.concatenate([[0], np.cumsum(data.doc_lengths)])
-  for chunk in range(index.completed_chunks(), -(-num_docs // docs_per_chunk)):
-    docs = range(chunk * docs_per_chunk, min((chunk + 1) * docs_per_chunk, num_docs))
-    index.write_chunk(chunk, data.doc_ids[docs.start:docs.stop],
-                      [np.asarray(data.doc_vectors[offsets[d]:offsets[d + 1]], np.float32)
-                       for d in docs])
-  index.finalize(config)
+  num_docs, docs_per_chunk, vectors = len(data.doc_ids), 1000, data.docs()
+  for shard, path in enumerate(_index_dirs(folder, shards)):
+    shard_docs = indexing.shard_range(num_docs, shard, shards)
+    index = writer.IndexWriter(
+        path, data.doc_vectors.shape[1], "float16", source["model"], source["fingerprint"],
+        docs_per_chunk, indexing.corpus_record(os.path.join(data.path, "doc_ids.json"),
+                                               shard_docs, num_docs))
+    for chunk in range(index.completed_chunks(), -(-len(shard_docs) // docs_per_chunk)):
+      docs = shard_docs[chunk * docs_per_chunk:(chunk + 1) * docs_per_chunk]
+      index.write_chunk(chunk, data.doc_ids[docs.start:docs.stop], [vectors[d] for d in docs])
+    index.finalize(config)
 
 
 def _named(names, doc_index, scores) -> list:
@@ -214,28 +241,33 @@ class PylateXtr(_Pylate):
                                    batch_size=len(queries))
 
 
-class PylatePlaid(_Pylate):
-  """PyLate's `indexes.PLAID`: the Stanford backend (`use_fast=False`) or fast-plaid
-  (`use_fast=True`, CPU threads = THREADS); other settings are PLAID's keyword arguments.
+class PylateIndex(_Pylate):
+  """PyLate's multi-vector index `indexes.<index>` searched as a retriever: "PLAID" with the
+  Stanford backend (`use_fast=False`) or fast-plaid (`use_fast=True`), or "WARP" (xtr-warp-rs);
+  the native ones (fast-plaid, WARP) run on THREADS CPU threads. Other settings are the index
+  class's keyword arguments.
 
   The Stanford backend compiles its C++ torch extensions (ninja, g++) the first time they load,
   a minute on 2 cores, in child processes (not in build_cpu_s): the untimed tiny build before
   the timed one compiles them (into ~/.cache/torch_extensions), so build_s is the build's."""
 
-  def __init__(self, data: Data, cache: str, threads: int, name: str, **settings):
+  def __init__(self, data: Data, cache: str, threads: int, name: str, index: str,
+               **settings):
     super().__init__(threads)
     from pylate import indexes  # pylint: disable=import-outside-toplevel
-    if settings.get("use_fast"):
+    native = "xtr-warp-rs" if index == "WARP" else "fast-plaid" if settings.get("use_fast") else ""
+    if native:
       settings |= {"num_threads": threads, "device": "cpu", "show_progress": False}
-      _note_torch_requirement("fast-plaid")
-    _tiny_build(lambda folder: indexes.PLAID(index_folder=folder, override=True, **settings))
+      _note_torch_requirement(native)
+    index_class = getattr(indexes, index)
+    _tiny_build(lambda folder: index_class(index_folder=folder, override=True, **settings))
     folder = os.path.join(cache, name)
-    make = lambda override: indexes.PLAID(index_folder=cache, index_name=name,
-                                          override=override, **settings)
+    make = lambda override: index_class(index_folder=cache, index_name=name, override=override,
+                                        **settings)
     self.info = _cached_build(folder, threads, lambda: make(True).add_documents(
-        documents_ids=data.doc_ids, documents_embeddings=data.docs()))
+        documents_ids=data.doc_ids, documents_embeddings=list(data.docs())))
     self.index = make(False)
-    self.info |= {"bytes": _dir_bytes(folder), "settings": settings}
+    self.info |= {"bytes": _dir_bytes(folder), "settings": {"index": index, **settings}}
     self.queries = data.queries
     self.run(self.queries[:1])
 
@@ -279,31 +311,7 @@ def _note_torch_requirement(dist: str) -> None:
       print(note, file=sys.stderr, flush=True)
 
 
-class PylateWarp(_Pylate):
-  """PyLate's `indexes.WARP` (xtr-warp-rs), CPU threads = THREADS."""
-
-  def __init__(self, data: Data, cache: str, threads: int, name: str, **settings):
-    super().__init__(threads)
-    from pylate import indexes  # pylint: disable=import-outside-toplevel
-    settings |= {"num_threads": threads, "device": "cpu", "show_progress": False}
-    _note_torch_requirement("xtr-warp-rs")
-    _tiny_build(lambda folder: indexes.WARP(index_folder=folder, override=True, **settings))
-    folder = os.path.join(cache, name)
-    make = lambda override: indexes.WARP(index_folder=cache, index_name=name,
-                                         override=override, **settings)
-    self.info = _cached_build(folder, threads, lambda: make(True).add_documents(
-        documents_ids=data.doc_ids, documents_embeddings=data.docs()))
-    self.index = make(False)
-    self.info |= {"bytes": _dir_bytes(folder), "settings": settings}
-    self.queries = data.queries
-    self.run(self.queries[:1])
-
-  def run(self, queries: list[np.ndarray]) -> list:
-    return self.index(queries, k=TOP_K)
-
-
-KINDS = {"xtr": Xtr, "pylate_xtr": PylateXtr, "pylate_plaid": PylatePlaid,
-         "pylate_warp": PylateWarp}
+KINDS = {"xtr": Xtr, "pylate_xtr": PylateXtr, "pylate_index": PylateIndex}
 
 
 def _peak_rss_mb() -> float:

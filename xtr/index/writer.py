@@ -191,7 +191,8 @@ class IndexWriter:
     """Checks the chunks, builds ScaNN and writes doc ids, offsets and (last) the manifest.
 
     ScaNN is built over all T tokens in memory: a float32 [T, D] copy (4 * T * D bytes, e.g.
-    0.8 GB for 1.5M tokens of dim 128) plus ScaNN's own structures; shard larger corpora.
+    0.8 GB for 1.5M tokens of dim 128), and ScaNN's build peaks at two more of its own, so
+    plan ~12 * T * D bytes (10M tokens of dim 128: ~15 GB); shard larger corpora.
 
     Returns:
       The manifest.
