@@ -96,7 +96,8 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
   lines += [f"| {r['k_prime']} | {r['leaves']} | {r.get('threads', 1)} | {r['ndcg@10']:.4f} | "
             f"{r['recall@100']:.3f} | "
             f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['queries_per_s']:.0f} | "
-            f"{r.get('end_to_end_p50_ms', float('nan')):.1f} |" for r in rows]
+            (f"{r['end_to_end_p50_ms']:.1f} |" if "end_to_end_p50_ms" in r else "— |")
+            for r in rows]
   lines.append(f"\nPeak RSS {peak_rss_mb:.0f} MB; {report['num_leaves']} leaves, "
                f"{report['leaves_built']} searched as built. Stages at k' = 1000 (median ms): "
                f"ScaNN {profile['scann_ms']:.2f}, f_XTR' and top-k "
