@@ -34,6 +34,7 @@ from xtr.index import reader
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # pylint: disable=wrong-import-position
+from matplotlib import ticker  # pylint: disable=wrong-import-position
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUERY_FILES = ("query_vectors.npy", "query_mask.npy", "query_ids.json")
@@ -172,6 +173,10 @@ def main() -> None:
   for axis, label in zip(axes, ("median ms per query (1 thread)", "peak RSS MB")):
     axis.set_xscale("log")
     axis.set_yscale("log")
+    for ticks in (axis.xaxis, axis.yaxis):
+      ticks.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+      ticks.set_major_formatter(ticker.FormatStrFormatter("%g"))
+      ticks.set_minor_formatter(ticker.NullFormatter())
     axis.set_xlabel("tokens in the corpus")
     axis.set_ylabel(label)
     axis.legend()

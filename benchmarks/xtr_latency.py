@@ -29,6 +29,7 @@ from xtr import searcher
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # pylint: disable=wrong-import-position
+from matplotlib import ticker  # pylint: disable=wrong-import-position
 
 
 def _row(data: evaluation.BeirData, results: retrieval.Results, **settings) -> dict:
@@ -93,11 +94,10 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
     json.dump(report, f, indent=1)
   lines = ["| k' | leaves | threads | nDCG@10 | R@100 | p50 ms | p95 ms | queries/s | "
            "end to end p50 ms |", "|---|---|---|---|---|---|---|---|---|"]
+  end_to_end = lambda r: f"{r['end_to_end_p50_ms']:.1f}" if "end_to_end_p50_ms" in r else "—"
   lines += [f"| {r['k_prime']} | {r['leaves']} | {r.get('threads', 1)} | {r['ndcg@10']:.4f} | "
-            f"{r['recall@100']:.3f} | "
-            f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['queries_per_s']:.0f} | "
-            (f"{r['end_to_end_p50_ms']:.1f} |" if "end_to_end_p50_ms" in r else "— |")
-            for r in rows]
+            f"{r['recall@100']:.3f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
+            f"{r['queries_per_s']:.0f} | {end_to_end(r)} |" for r in rows]
   lines.append(f"\nPeak RSS {peak_rss_mb:.0f} MB; {report['num_leaves']} leaves, "
                f"{report['leaves_built']} searched as built. Stages at k' = 1000 (median ms): "
                f"ScaNN {profile['scann_ms']:.2f}, f_XTR' and top-k "
@@ -105,6 +105,11 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
   with evaluation.atomic_open(out + ".md") as f:
     f.write("\n".join(lines) + "\n")
   print("\n".join(lines))
+  plot(rows, out + ".png")
+
+
+def plot(rows: list[dict], path: str) -> None:
+  """nDCG@10 against median ms (log), one line per leaves setting, into the PNG at `path`."""
   figure, axes = plt.subplots(figsize=(6, 4))
   per_query = [r for r in rows if "encode" not in r and "threads" not in r]
   for leaves_setting in dict.fromkeys(r["leaves"] for r in per_query):
@@ -114,11 +119,14 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
     for r in line:
       axes.annotate(f"k'={r['k_prime']}", (r["p50_ms"], r["ndcg@10"]), fontsize=7)
   axes.set_xscale("log")
+  axes.xaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+  axes.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+  axes.xaxis.set_minor_formatter(ticker.NullFormatter())
   axes.set_xlabel("median search + scoring ms per query (log)")
   axes.set_ylabel("nDCG@10")
   axes.legend()
   figure.tight_layout()
-  figure.savefig(out + ".png", dpi=120)
+  figure.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
