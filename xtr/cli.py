@@ -112,7 +112,7 @@ def run(main: Callable[[Sequence[str]], None], module_name: str,
 def _fewer_malloc_arenas() -> None:
   """Two malloc arenas, not glibc's default of up to 8 per core: each of XLA's and ScaNN's
   threads that allocates gets an arena of its own, where freed memory stays. An XTR search of
-  SciFact peaked at 609 MiB with the default, 542 MiB with 2 (docs/performance.md); the same as
+  SciFact peaked at 609 MiB with the default, 538 MiB with 2 (docs/performance.md); the same as
   MALLOC_ARENA_MAX=2 in the environment. Nothing where libc is not glibc."""
   try:
     ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, 2)
