@@ -41,13 +41,16 @@ class BeirPairs:
 def load_pairs(data_dir: str = gin.REQUIRED, split: str = "train") -> BeirPairs:
   """Reads and validates `data_dir` (cached: the source and `to_triples` both need it).
 
+  `beir_pairs` reads the gin-bound `data_dir`; each task of `tasks.register_tasks.beir_tasks`
+  passes its own (the qrels `split` is shared).
+
   Raises:
     ValueError: naming the file, line and field of the first malformed or inconsistent row.
   """
   return _load_pairs(os.fspath(data_dir), split)
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=8)
 def _load_pairs(data_dir: str, split: str) -> BeirPairs:
   corpus, queries, qrels, qrels_path = beir_files.read_split(data_dir, split)
   doc_index = {doc_id: i for i, doc_id in enumerate(corpus)}
@@ -60,14 +63,16 @@ def _load_pairs(data_dir: str, split: str) -> BeirPairs:
                    docs=tuple(corpus.values()), pairs=np.array(pairs, np.int64))
 
 
-def pairs_dataset(split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
-  """seqio dataset_fn: {"query_index", "positive_index"} ([] int64) of `load_pairs()`, in order.
+def pairs_dataset(split: str, shuffle_files: bool, seed: int | None = None,
+                  data_dir: str | None = None) -> tf.data.Dataset:
+  """seqio dataset_fn: {"query_index", "positive_index"} ([] int64) of `load_pairs(data_dir)`
+  (None: the gin-bound data_dir), in order.
 
   `load_pairs.split` picks the qrels; the seqio split is always "train", and the pairs are
   shuffled (and their negatives drawn) downstream.
   """
   del split, shuffle_files, seed
-  pairs = load_pairs().pairs
+  pairs = _pairs(data_dir).pairs
   return tf.data.Dataset.from_tensor_slices(
       {"query_index": pairs[:, 0], "positive_index": pairs[:, 1]})
 
@@ -77,6 +82,10 @@ def pairs_dataset(split: str, shuffle_files: bool, seed: int | None = None) -> t
 # the pairs (once, in numpy); the draw itself runs in TF inside tf.data.
 Sample = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 NegativeSampler = Callable[[BeirPairs], Sample]
+
+
+def _pairs(data_dir: str | None) -> BeirPairs:
+  return load_pairs() if data_dir is None else load_pairs(data_dir)
 
 
 def uniform_negative(data: BeirPairs) -> Sample:
@@ -168,13 +177,15 @@ def _mine_bm25(data: BeirPairs, depth: int) -> np.ndarray:
 
 @gin.configurable
 def to_triples(dataset: tf.data.Dataset,
-               negative_sampler: NegativeSampler = uniform_negative) -> tf.data.Dataset:
-  """seqio preprocessor: pair indices -> {"query", "positive", "negative"} ([] string each).
+               negative_sampler: NegativeSampler = uniform_negative,
+               data_dir: str | None = None) -> tf.data.Dataset:
+  """seqio preprocessor: pair indices of `pairs_dataset(data_dir=data_dir)` -> {"query",
+  "positive", "negative"} ([] string each).
 
   The negative is drawn afresh for every example of every epoch, from seqio's per-example seeds
   (deterministic for the task's seed).
   """
-  data = load_pairs()
+  data = _pairs(data_dir)
   queries, docs = tf.constant(data.queries), tf.constant(data.docs)
   sample_negative = negative_sampler(data)
 

@@ -22,6 +22,8 @@ def vocab(t5_spm_path):
 def _data_paths(msmarco_triples_path, scifact_dir):
   gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
   gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
+  gin.bind_parameter("tasks.register_tasks.mixtures",
+                     {"mixture": {"msmarco_triples": 1.0, "beir_pairs": 2.0}})
   yield
   gin.clear_config()
 
@@ -108,7 +110,7 @@ def test_epochs_repeat_forever_without_remainders(vocab):
   np.testing.assert_array_equal(queries[:100], queries[700:])
 
 
-@pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs"])
+@pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs", "mixture"])
 def test_shuffle_is_seeded(vocab, task_name):
   def first_batches(seed, shuffle=True):
     ds = data.get_dataset(task_name, vocab, LENGTHS, 16, seed=seed, shuffle=shuffle,
@@ -122,7 +124,7 @@ def test_shuffle_is_seeded(vocab, task_name):
                             first_batches(0, shuffle=False)[0]["query_tokens"])
 
 
-@pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs"])
+@pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs", "mixture"])
 def test_iterator_checkpoint_resumes_exactly(vocab, tmp_path, task_name):
   def iterator():
     return iter(data.get_dataset(task_name, vocab, LENGTHS, 16, seed=3, shuffle_buffer_size=64))

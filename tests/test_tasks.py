@@ -265,3 +265,30 @@ def test_register_tasks_replaces_the_vocabulary(vocab, t5_spm_path):
     features = seqio.get_mixture_or_task(name).output_features
     assert sorted(features) == ["negative", "positive", "query"]
     assert all(f.vocabulary is vocab for f in features.values())
+
+
+def test_mixture_draws_each_collection_at_its_rate(vocab, tmp_path):
+  """Two BEIR collections, each its own task, mixed 3:1: the share of each in 4,000 examples
+  matches its rate (within 4 standard deviations), and every example is a pair of its own."""
+  dirs = {}
+  for name in ("alpha", "beta"):
+    corpus = "".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"{name} document {i}"}) + "\n"
+                     for i in range(6))
+    queries = "".join(json.dumps({"_id": f"q{i}", "text": f"{name} query {i}"}) + "\n"
+                      for i in range(3))
+    qrels = "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(3))
+    dirs[name] = _write_beir(tmp_path / name, corpus, queries, qrels)
+  gin.bind_parameter("tasks.register_tasks.beir_tasks",
+                     {f"beir_{name}": str(path) for name, path in dirs.items()})
+  gin.bind_parameter("tasks.register_tasks.mixtures",
+                     {"alpha_beta": {"beir_alpha": 3.0, "beir_beta": 1.0}})
+  tasks.register_tasks(vocab)
+  ds = seqio.get_mixture_or_task("alpha_beta").get_dataset(LENGTHS, shuffle=True, seed=0)
+  examples = [{k: vocab.decode(_unpadded(ex[k])) for k in ("query", "positive", "negative")}
+              for ex in ds.take(4000).as_numpy_iterator()]
+  alpha = [ex["query"].startswith("alpha") for ex in examples]
+  assert abs(np.mean(alpha) - 0.75) < 4 * np.sqrt(0.75 * 0.25 / len(examples))
+  for ex in examples:
+    name, number = ex["query"].split()[0], ex["query"].split()[-1]
+    assert ex["positive"] == f"{name} document {number}"
+    assert ex["negative"].startswith(name) and ex["negative"] != ex["positive"]

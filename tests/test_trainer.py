@@ -8,12 +8,15 @@ import sys
 import time
 
 import flax.linen as nn
+import gin
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
 from xtr import alignment
+from xtr import data
+from xtr import hf_weights
 from xtr import models
 from xtr import objective
 from xtr import optimizers
@@ -21,6 +24,7 @@ from xtr import partitioning
 from xtr import salience
 from xtr import t5
 from xtr import trainer
+from xtr import vocabularies
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=2, head_dim=8, mlp_dim=64)
@@ -106,7 +110,6 @@ def _xtr_train(model_dir, *bindings, wait=True):
 
 def _train_smoke_in_process(*bindings: str) -> trainer.TrainState:
   """`trainer.train()` under gin/runs/smoke.gin and `bindings`, in this process."""
-  import gin  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke.gin")], list(bindings))
   try:
@@ -161,17 +164,19 @@ def test_smoke_run_lowers_the_loss(tmp_path):
   assert _steps(tmp_path) == [50, 60]
 
 
-@pytest.mark.parametrize("projection_init", ["random", "pca"])
+@pytest.mark.parametrize("projection_init,sample_task", [
+    ("random", None), ("pca", None), ("pca", "beir_pairs")])
 def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_path, t5_spm_path,
-                                                     projection_init):
+                                                     scifact_dir, projection_init, sample_task):
   """`pretrained_backbone` loads HF weights into the model; num_steps = 0 saves them as is.
 
   With projection_init="pca", the saved projection is the PCA of the backbone's token vectors:
-  orthonormal columns, unlike a random init.
+  orthonormal columns, unlike a random init; they span the PCA of the first batches of
+  `projection_sample_task` (here SciFact pairs) where one is given, not of the training task's.
   """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from xtr import encoding, hf_weights  # pylint: disable=g-import-not-at-top
+  from xtr import encoding  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
   hf_config = transformers.T5Config(vocab_size=32128, d_model=64, d_kv=16, d_ff=128, num_layers=2,
                                     num_heads=4, feed_forward_proj="gated-gelu")
@@ -180,6 +185,7 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
       f"MODEL_DIR = '{tmp_path / 'model'}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
       f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 0",
       f"""from __gin__ import dynamic_registration
+      from tasks import beir
       from xtr import hf_weights
       from xtr import models
       from xtr import t5
@@ -188,7 +194,9 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
       trainer.train.projection_init = '{projection_init}'
       models.XTREncoder.embed_dim = 32
       hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
-      hf_weights.load_t5_backbone.config = @t5.T5Config()""")
+      hf_weights.load_t5_backbone.config = @t5.T5Config()
+      trainer.train.projection_sample_task = {sample_task!r}
+      beir.load_pairs.data_dir = '{scifact_dir}'""")
   saved = encoding.load_params(str(tmp_path / "model"))
   expected = hf_weights.t5_params_from_hf(hf_weights.read_safetensors(tmp_path / "hf"),
                                           hf_weights.t5_config_from_hf(hf_config.to_dict()))
@@ -197,6 +205,23 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
   assert kernel.shape == (64, 32)
   orthonormal = np.allclose(kernel.T @ kernel, np.eye(32), atol=1e-4)
   assert orthonormal == (projection_init == "pca")
+  if projection_init == "pca":
+    vocab = vocabularies.t5_vocabulary(str(t5_spm_path))
+    lengths = {"query": 32, "positive": 64, "negative": 64}  # smoke.gin's, batches of 16
+    def pca_of(task):
+      gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
+      gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
+      batches = list(data.get_dataset(task, vocab, lengths, 16, 0).take(trainer.PCA_BATCHES)
+                     .as_numpy_iterator())
+      ids = [i for b in batches for i in (b["query_tokens"], b["doc_tokens"].reshape(-1, 64))]
+      model = models.XTREncoder(backbone=t5.T5Encoder(hf_weights.t5_config_from_hf(
+          hf_config.to_dict())), embed_dim=32)
+      return models.pca_projection(model, saved["backbone"], ids)
+    same_subspace = lambda a, b: np.allclose(np.abs(a.T @ b), np.eye(32), atol=1e-3)
+    assert same_subspace(kernel, pca_of(sample_task or "msmarco_triples"))
+    assert not same_subspace(kernel, pca_of("beir_pairs" if sample_task is None else
+                                            "msmarco_triples"))
+    gin.clear_config()
 
 
 def test_resume_needs_no_pretrained_weights(tmp_path, msmarco_triples_path, t5_spm_path, capsys):
@@ -229,7 +254,6 @@ def test_resume_needs_no_pretrained_weights(tmp_path, msmarco_triples_path, t5_s
 ])
 def test_aligner_run_configs_train_aligner_with_salience(run, bindings, gate):
   """The ALIGNER run files parse and configure top-1 ALIGNER training with their gate."""
-  import gin  # pylint: disable=g-import-not-at-top
   from tests import retrieval_setup  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   try:

@@ -89,3 +89,14 @@ class Checkpointer:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+INITIAL_PARAMS = "initial"  # model_dir/initial: the parameters a run started from (WiSE-FT's θ_0)
+
+
+def save_params(directory: str | epath.Path, params: Any) -> None:
+  """Writes `params` alone as `directory/state` ({"params": ...}), which `encoding.load_params`
+  and every command's --checkpoint read like a training step. Orbax writes to a temporary
+  directory and renames it when complete. Every process calls it (multi-host)."""
+  path = epath.Path(directory) / "state"
+  ocp.PyTreeCheckpointer().save(path if path.is_absolute() else path.absolute(),
+                                {"params": params})

@@ -64,13 +64,14 @@ def get_dataset(task_name: str,
   """This host's endless training batches of `task_name` (registered here with `vocabulary`).
 
   Args:
-    task_name: "msmarco_triples" or "beir_pairs" (see `tasks`).
+    task_name: a task or mixture of `tasks` ("msmarco_triples", "beir_pairs", ...).
     vocabulary: the model's vocabulary.
     task_feature_lengths: max ids of {"query", "positive", "negative"}, specials included.
     batch_size: examples per batch on this host (the global batch / num_shards).
     seed: seeds the example shuffle and the tasks' sampling (e.g. BEIR negatives).
     shuffle: whether to shuffle examples (in a buffer of `shuffle_buffer_size`).
-    shuffle_buffer_size: examples in the shuffle buffer.
+    shuffle_buffer_size: examples in the shuffle buffer (a mixture's tasks shuffle with seqio's
+      default buffer: `Mixture.get_dataset` takes no size).
     shard_id: this host's index (`jax.process_index()`); it reads every num_shards-th example.
     num_shards: number of hosts (`jax.process_count()`).
 
@@ -79,9 +80,11 @@ def get_dataset(task_name: str,
     repeated forever (the last partial batch of an epoch is never cut: epochs run into each other).
   """
   tasks.register_tasks(vocabulary)
-  ds = seqio.get_mixture_or_task(task_name).get_dataset(
-      task_feature_lengths, split="train", shuffle=shuffle,
-      shuffle_buffer_size=shuffle_buffer_size, seed=seed,
+  provider = seqio.get_mixture_or_task(task_name)
+  buffer = {} if isinstance(provider, seqio.Mixture) else {
+      "shuffle_buffer_size": shuffle_buffer_size}
+  ds = provider.get_dataset(
+      task_feature_lengths, split="train", shuffle=shuffle, seed=seed, **buffer,
       shard_info=seqio.ShardInfo(index=shard_id, num_shards=num_shards), num_epochs=None)
   ds = RetrievalFeatureConverter()(ds, task_feature_lengths)
   return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from clu import metric_writers
+from etils import epath
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xtr import alignment as alignment_lib
@@ -183,7 +184,9 @@ def train(model_dir: str = gin.REQUIRED,
           seed: int = 0,
           log_every_steps: int = 100,
           pretrained_backbone: Callable[[], Any] | None = None,
-          projection_init: str = "random") -> TrainState:
+          projection_init: str = "random",
+          projection_sample_task: str | None = None,
+          save_initial_params: bool = False) -> TrainState:
   """Trains `model` on `task_name` for `num_steps`, resuming from `model_dir` if possible.
 
   Args:
@@ -209,6 +212,11 @@ def train(model_dir: str = gin.REQUIRED,
     projection_init: "random" (the model's initializer) or "pca": the projection starts as
       the top principal directions of the pretrained backbone's token vectors on the first
       training examples (`models.pca_projection`), which keeps the pretrained MaxSim geometry.
+    projection_sample_task: the task or mixture whose first batches give the "pca" projection
+      (None: `task_name`), e.g. a mixture of several collections for a projection that keeps
+      the geometry other domains need, not only the training collection's.
+    save_initial_params: write the parameters training starts from (pretrained backbone and
+      initial projection) to `model_dir/initial`, for WiSE-FT (`xtr.wise_ft`).
   """
   typecheck.arguments(train, locals())
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
@@ -230,7 +238,8 @@ def train(model_dir: str = gin.REQUIRED,
       task_name, vocabulary, lengths, batch_size // layout.num_shards, seed,
       shard_id=layout.shard_id, num_shards=layout.num_shards))
   optimizer = optimizers.make_optimizer()
-  first_batches = lambda: data.get_dataset(task_name, vocabulary, lengths, batch_size, seed)
+  first_batches = lambda: data.get_dataset(projection_sample_task or task_name, vocabulary,
+                                           lengths, batch_size, seed)
   checkpointer = checkpoints.Checkpointer(model_dir)
   # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
   pretrained = ({} if checkpointer.latest_step() is not None else
@@ -243,6 +252,9 @@ def train(model_dir: str = gin.REQUIRED,
       print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
     train_step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
                                  seed)
+    initial_dir = epath.Path(model_dir) / checkpoints.INITIAL_PARAMS
+    if save_initial_params and restored is None and not initial_dir.exists():
+      checkpoints.save_params(initial_dir, state.params)
     if num_steps == 0:  # Saves the initial (e.g. pretrained, untuned) model, to export it.
       checkpointer.maybe_save(0, state, iterator, force=True)
     state = _loop(state, train_step, iterator, mesh, layout, checkpointer, model_dir, num_steps,
