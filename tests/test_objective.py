@@ -206,3 +206,46 @@ def test_loss_memory_falls_with_data_shards():
 def test_unknown_scoring_is_refused():
   with pytest.raises(ValueError, match="Unknown scoring 'sparse'"):
     objective.Objective("sparse", 8)
+
+
+@pytest.mark.parametrize("mesh,query_chunk", [("one device", None), ("(4, 2)", 1)])
+def test_distillation_term_equals_a_loop(mesh, query_chunk):
+  """loss = cross-entropy + w · mean KL(teacher ‖ student): the teacher's f_ColBERT over its own
+  (wider) token vectors and the student's f_XTR, each softmaxed at the temperature over the
+  documents that are not false negatives, by loops; the teacher gets no gradient."""
+  batch = _batch(4, duplicates={3 * K + 1: 1 * K})
+  q, q_mask, d, d_mask, doc_tokens = batch
+  rng = np.random.default_rng(5)
+  unit = lambda x: (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+  t_q, t_d = unit(rng.normal(size=(B, N, 12))), unit(rng.normal(size=(B * K, M, 12)))
+  objective_ = objective.Objective("xtr", 3, temperature=0.5, distillation=0.7)
+  mesh = partitioning.make_mesh(**MESHES[mesh])
+  put = lambda x: jax.device_put(x, NamedSharding(mesh, PartitionSpec("data")))
+
+  def loss(q, d, t_q, t_d):
+    teacher = ((t_q, put(q_mask), None), (t_d, put(d_mask), None))
+    return objective.loss_and_metrics(objective_, (q, put(q_mask), None),
+                                      (d, put(d_mask), None), put(doc_tokens), mesh,
+                                      query_chunk, teacher)
+
+  with jax.set_mesh(mesh):
+    (value, metrics), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3),
+                                                         has_aux=True))(*map(put, (q, d, t_q, t_d)))
+  student = np.asarray(losses.f_xtr(q, q_mask, d, d_mask, 3), np.float64) / 0.5
+  false_negative = _false_negatives(doc_tokens)
+  kl, cross_entropy = [], []
+  for b in range(B):
+    docs = [c for c in range(B * K) if not false_negative[b, c]]
+    teacher = np.array([np.mean([max(t_q[b, i] @ t_d[c, j] for j in range(M) if d_mask[c, j])
+                                 for i in range(N) if q_mask[b, i]]) for c in docs]) / 0.5
+    p_t = np.exp(teacher - teacher.max()) / np.exp(teacher - teacher.max()).sum()
+    log_p_s = student[b, docs] - np.log(np.exp(student[b, docs]).sum())
+    kl.append(np.sum(p_t * (np.log(p_t) - log_p_s)))
+    cross_entropy.append(-log_p_s[docs.index(b * K)])
+  np.testing.assert_allclose(metrics["distillation_kl"], np.mean(kl), rtol=1e-5)
+  np.testing.assert_allclose(value, np.mean(cross_entropy) + 0.7 * np.mean(kl), rtol=1e-5)
+  assert np.abs(grads[0]).max() > 0 and not np.any(grads[2]) and not np.any(grads[3])
+  with pytest.raises(ValueError, match="teacher's tokens go with objective.distillation > 0"):
+    objective.loss_and_metrics(objective.Objective("xtr", 3), (q, q_mask, None),
+                               (d, d_mask, None), doc_tokens, mesh, None,
+                               ((t_q, q_mask, None), (t_d, d_mask, None)))

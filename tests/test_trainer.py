@@ -265,3 +265,32 @@ def test_aligner_run_configs_train_aligner_with_salience(run, bindings, gate):
     assert str(gin.query_parameter("trainer.train.alignment").scoped_configurable_fn()) == "top_k:1"
   finally:
     gin.clear_config()
+
+
+def test_distillation_starts_at_zero_for_the_teacher_itself(tmp_path, msmarco_triples_path,
+                                                           t5_spm_path, capsys):
+  """The model is the pretrained backbone without projection and k_train keeps every token of
+  the batch (f_XTR = f_ColBERT): at step 1 the student is its own teacher (KL 0); training then
+  moves it away, and the KL term grows."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  hf_config = transformers.T5Config(vocab_size=32128, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                                    num_heads=4, feed_forward_proj="gated-gelu")
+  transformers.T5EncoderModel(hf_config).save_pretrained(tmp_path / "hf")
+  _train_smoke_in_process(
+      f"MODEL_DIR = '{tmp_path / 'model'}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+      f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 20",
+      f"""from __gin__ import dynamic_registration
+      from xtr import hf_weights
+      from xtr import models
+      from xtr import t5
+      from xtr import trainer
+      trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
+      trainer.train.distillation = 1.0
+      trainer.train.k_train = {16 * 2 * 64}
+      models.XTREncoder.embed_dim = None
+      hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
+      hf_weights.load_t5_backbone.config = @t5.T5Config()""")
+  kl = [float(x) for x in re.findall(r"distillation_kl ([0-9.e-]+) \|", capsys.readouterr().out)]
+  assert len(kl) == 3 and kl[0] < 1e-5 < kl[-1], kl  # Steps 1, 10, 20.

@@ -166,6 +166,23 @@ def in_batch_cross_entropy(scores: jax.Array, positive_index: jax.Array) -> jax.
                                                          positive_index)
 
 
+def distillation_kl(scores: jax.Array, teacher_scores: jax.Array) -> jax.Array:
+  """KL(teacher ‖ student) of the in-batch softmax distributions over the C documents.
+
+  Args:
+    scores: [B, C] the student's scores (a -inf score takes no probability).
+    teacher_scores: [B, C] the teacher's, -inf where the student's are; no gradient flows
+      into them.
+
+  Returns:
+    [B] float32 Σ_c p_t(c) (log p_t(c) − log p_s(c)).
+  """
+  teacher_log_p = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_scores.astype(jnp.float32)))
+  log_p = jax.nn.log_softmax(scores.astype(jnp.float32))
+  terms = jnp.exp(teacher_log_p) * (teacher_log_p - log_p)
+  return jnp.sum(jnp.where(jnp.isfinite(teacher_scores), terms, 0.0), axis=-1)
+
+
 def in_batch_accuracy(scores: jax.Array, positive_index: jax.Array) -> jax.Array:
   """Whether each query's positive scores strictly above every other document (ties fail).
 

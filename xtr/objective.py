@@ -52,6 +52,9 @@ class Objective:
     alignment: the pairwise alignment of "aligner".
     l1: adds l1 × (mean query salience + mean document salience) over valid tokens to the loss
       (`salience.Salience.l1`).
+    distillation: adds distillation × the mean KL divergence from a teacher's in-batch score
+      distribution (f_colbert of its token vectors, e.g. the untuned backbone's, over the same
+      documents, same temperature and masked false negatives) to the student's.
   """
   scoring: str = "xtr"
   k_train: int = 128
@@ -59,6 +62,7 @@ class Objective:
   token_hit_rate: bool = True
   alignment: alignment_lib.Alignment = alignment_lib.Alignment()
   l1: float = 0.0
+  distillation: float = 0.0
 
   def __post_init__(self):
     if self.scoring not in SCORINGS:
@@ -66,7 +70,8 @@ class Objective:
 
 
 def loss_and_metrics(objective: Objective, queries: Tokens, docs: Tokens, doc_tokens: jax.Array,
-                     mesh: Mesh, query_chunk: int | None = None):
+                     mesh: Mesh, query_chunk: int | None = None,
+                     teacher: tuple[Tokens, Tokens] | None = None):
   """The mean in-batch cross-entropy over the global batch, and its metrics.
 
   Args:
@@ -75,19 +80,27 @@ def loss_and_metrics(objective: Objective, queries: Tokens, docs: Tokens, doc_to
     doc_tokens: [C, Ld] int token ids of the documents (equal ids: the same document).
     mesh: the (data, model) mesh; B must be divisible by its `data` size S.
     query_chunk: queries per device scored at once; must divide B/S (default B/S: all of them).
+    teacher: the teacher's (queries, docs) tokens of `objective.distillation` (any size D_t).
 
   Returns:
     (loss, metrics): scalars; metrics holds loss, accuracy (positive ranked strictly first),
-    if `objective.token_hit_rate` positive_token_hit_rate, and with saliences the mean salience
-    of valid query and document tokens (query_salience, document_salience).
+    if `objective.token_hit_rate` positive_token_hit_rate, with saliences the mean salience
+    of valid query and document tokens (query_salience, document_salience), and with a teacher
+    the mean distillation_kl.
   """
+  if (teacher is None) != (objective.distillation == 0):
+    raise ValueError("A teacher's tokens go with objective.distillation > 0, and only with it.")
   shard = PartitionSpec(partitioning.DATA_AXIS)
   sums = jax.shard_map(
       functools.partial(_shard_sums, objective, query_chunk=query_chunk), mesh=mesh,
-      in_specs=(shard,) * 3, out_specs=PartitionSpec())(queries, docs, doc_tokens)
+      in_specs=(shard,) * 4, out_specs=PartitionSpec())(queries, docs, doc_tokens, teacher)
   num_queries = queries[0].shape[0]
   loss = sums["loss"] / num_queries
   metrics = {"loss": loss, "accuracy": sums["accuracy"] / num_queries}
+  if teacher is not None:
+    metrics["distillation_kl"] = sums["distillation_kl"] / num_queries
+    loss = loss + objective.distillation * metrics["distillation_kl"]
+    metrics["loss"] = loss
   if objective.token_hit_rate:
     metrics["positive_token_hit_rate"] = sums["token_hits"] / jnp.maximum(sums["query_tokens"], 1)
   if queries[2] is not None:
@@ -103,16 +116,19 @@ def _masked_mean(u: jax.Array, mask: jax.Array) -> jax.Array:
   return jnp.sum(jnp.where(mask, u, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
 
 
-def _shard_sums(objective: Objective, queries: Tokens, docs: Tokens, doc_tokens, query_chunk):
+def _shard_sums(objective: Objective, queries: Tokens, docs: Tokens, doc_tokens, teacher,
+                query_chunk):
   """One data shard: sums over its b queries [b, ...] of their losses and metrics against the
   documents of the whole batch (its own [b·K, ...] documents gathered from every shard)."""
   num_queries = queries[0].shape[0]
   docs_per_query = docs[0].shape[0] // num_queries
   gather = functools.partial(jax.lax.all_gather, axis_name=partitioning.DATA_AXIS, tiled=True)
-  batch_docs = (jax.tree.map(gather, docs), gather(doc_tokens))
+  teacher_queries, teacher_docs = (None, None) if teacher is None else teacher
+  batch_docs = (jax.tree.map(gather, docs), gather(doc_tokens),
+                jax.tree.map(gather, teacher_docs))
   first_query = jax.lax.axis_index(partitioning.DATA_AXIS) * num_queries
   positive_index = (first_query + jnp.arange(num_queries)) * docs_per_query  # [b], in [0, C)
-  queries = (queries, positive_index, doc_tokens[::docs_per_query])
+  queries = (queries, positive_index, doc_tokens[::docs_per_query], teacher_queries)
   chunk = query_chunk or num_queries
   if num_queries % chunk:
     raise ValueError(f"query_chunk={chunk} does not divide the {num_queries} queries per device.")
@@ -130,15 +146,17 @@ def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Arra
   """Sums over a chunk of queries.
 
   Args:
-    batch_docs: ((d [C, m, D], d_mask [C, m], u_d), doc_tokens [C, Ld]) of the global batch.
-    queries: ((q [c, n, D], q_mask [c, n], u_q), positive_index [c], positive_tokens [c, Ld]).
+    batch_docs: ((d [C, m, D], d_mask [C, m], u_d), doc_tokens [C, Ld], the teacher's document
+      Tokens or None) of the global batch.
+    queries: ((q [c, n, D], q_mask [c, n], u_q), positive_index [c], positive_tokens [c, Ld],
+      the teacher's query Tokens or None).
 
   Returns:
     {"loss", "accuracy"} summed over the c queries; with the hit rate, {"token_hits",
-    "query_tokens"} summed over their valid tokens.
+    "query_tokens"} summed over their valid tokens; with a teacher, "distillation_kl".
   """
-  (d, d_mask, u_d), doc_tokens = batch_docs
-  (q, q_mask, u_q), positive_index, positive_tokens = queries
+  (d, d_mask, u_d), doc_tokens, teacher_docs = batch_docs
+  (q, q_mask, u_q), positive_index, positive_tokens, teacher_queries = queries
   token_scores = losses.token_scores(q, d)  # [c, n, C, m]
   retrieved = None
   if objective.scoring == "xtr" or objective.token_hit_rate:
@@ -154,6 +172,12 @@ def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Arra
   scores = jnp.where(false_negative, -jnp.inf, scores / objective.temperature)
   sums = {"loss": jnp.sum(losses.in_batch_cross_entropy(scores, positive_index)),
           "accuracy": jnp.sum(losses.in_batch_accuracy(scores, positive_index))}
+  if teacher_queries is not None:
+    (t_q, t_q_mask, _), (t_d, t_d_mask, _) = teacher_queries, teacher_docs
+    teacher_scores = losses.f_colbert_from_token_scores(
+        losses.token_scores(t_q, t_d), t_q_mask, t_d_mask)
+    teacher_scores = jnp.where(false_negative, -jnp.inf, teacher_scores / objective.temperature)
+    sums["distillation_kl"] = jnp.sum(losses.distillation_kl(scores, teacher_scores))
   if objective.token_hit_rate:
     sums["token_hits"] = jnp.sum(losses.positive_token_hits(retrieved, q_mask, positive_index))
     sums["query_tokens"] = jnp.sum(q_mask)

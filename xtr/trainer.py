@@ -56,7 +56,8 @@ def encoder(model: nn.Module) -> grad_cache.Encode:
 def loss_and_grads(params: Any, batch: dict[str, jax.Array], model: nn.Module,
                    objective: objective_lib.Objective, mesh: Mesh,
                    micro_batch_size: int | None = None,
-                   dropout_rngs: tuple[jax.Array, jax.Array] | None = None):
+                   dropout_rngs: tuple[jax.Array, jax.Array] | None = None,
+                   teacher_params: Any = None):
   """((loss, metrics), parameter gradients) of the in-batch loss of the global batch.
 
   Args:
@@ -65,13 +66,22 @@ def loss_and_grads(params: Any, batch: dict[str, jax.Array], model: nn.Module,
     micro_batch_size: None encodes the batch at once; otherwise in micro-batches of that many
       queries (`grad_cache`), and the loss scores the same number of queries at a time.
     dropout_rngs: keys of the query and of the document encodings (None: no dropout).
+    teacher_params: backbone parameters of `objective.distillation`'s teacher: the model's
+      backbone without projection (its raw token vectors), no dropout, no gradient.
   """
   encode = encoder(model)
   doc_tokens = batch["doc_tokens"].reshape(-1, batch["doc_tokens"].shape[-1])  # [C, Ld]
   query_chunk = None if micro_batch_size is None else (
       micro_batch_size // mesh.shape[partitioning.DATA_AXIS])
+  teacher = None
+  if teacher_params is not None:
+    encode_teacher = functools.partial(
+        encoder(model.clone(embed_dim=None, salience=None)), {"backbone": teacher_params},
+        rng=None)
+    teacher = jax.lax.stop_gradient((encode_teacher(tokens=batch["query_tokens"], role="query"),
+                                     encode_teacher(tokens=doc_tokens, role="document")))
   loss = lambda queries, docs: objective_lib.loss_and_metrics(
-      objective, queries, docs, doc_tokens, mesh, query_chunk)
+      objective, queries, docs, doc_tokens, mesh, query_chunk, teacher)
   if micro_batch_size is not None:
     return grad_cache.value_and_grad(encode, loss, params, batch, micro_batch_size, mesh,
                                      dropout_rngs)
@@ -150,21 +160,26 @@ def dropout_rngs(dropout_seed: int, step: jax.Array) -> tuple[jax.Array, jax.Arr
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
                     shardings: TrainState, objective: objective_lib.Objective,
-                    micro_batch_size: int | None = None, dropout_seed: int = 0):
-  """Returns the jitted `train_step(state, batch) -> (state, metrics)`."""
-  def train_step(state: TrainState, batch: dict[str, jax.Array]):
+                    micro_batch_size: int | None = None, dropout_seed: int = 0,
+                    teacher_params: Any = None):
+  """Returns the jitted `train_step(state, batch) -> (state, metrics)`; `teacher_params` (the
+  distillation teacher's backbone, laid out like the model's) are an argument of every step."""
+  def train_step(state: TrainState, batch: dict[str, jax.Array], teacher_params: Any):
     (_, metrics), grads = loss_and_grads(state.params, batch, model, objective, mesh,
-                                         micro_batch_size, dropout_rngs(dropout_seed, state.step))
+                                         micro_batch_size, dropout_rngs(dropout_seed, state.step),
+                                         teacher_params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics["grad_norm"] = optax.tree.norm(grads)
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   replicated = NamedSharding(mesh, PartitionSpec())
-  return jax.jit(train_step,
-                 in_shardings=(shardings, partitioning.batch_sharding(mesh)),
+  teacher_shardings = None if teacher_params is None else shardings.params["backbone"]
+  step = jax.jit(train_step,
+                 in_shardings=(shardings, partitioning.batch_sharding(mesh), teacher_shardings),
                  out_shardings=(shardings, replicated),
                  donate_argnums=0)
+  return lambda state, batch: step(state, batch, teacher_params)
 
 
 @gin.configurable
@@ -186,7 +201,8 @@ def train(model_dir: str = gin.REQUIRED,
           pretrained_backbone: Callable[[], Any] | None = None,
           projection_init: str = "random",
           projection_sample_task: str | None = None,
-          save_initial_params: bool = False) -> TrainState:
+          save_initial_params: bool = False,
+          distillation: float = 0.0) -> TrainState:
   """Trains `model` on `task_name` for `num_steps`, resuming from `model_dir` if possible.
 
   Args:
@@ -217,10 +233,17 @@ def train(model_dir: str = gin.REQUIRED,
       the geometry other domains need, not only the training collection's.
     save_initial_params: write the parameters training starts from (pretrained backbone and
       initial projection) to `model_dir/initial`, for WiSE-FT (`xtr.wise_ft`).
+    distillation: weight of a KL term that keeps the in-batch score distribution near the
+      untuned backbone's own (f_colbert over its raw token vectors; `objective.Objective`);
+      needs `pretrained_backbone`, which a resumed run then loads again.
   """
   typecheck.arguments(train, locals())
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
-  objective = _objective(model, scoring, k_train, temperature, token_hit_rate, alignment)
+  objective = _objective(model, scoring, k_train, temperature, token_hit_rate, alignment,
+                         distillation)
+  if distillation and pretrained_backbone is None:
+    raise ValueError(f"trainer.train.distillation={distillation} needs a pretrained_backbone "
+                     "(the teacher).")
   mesh = partitioning.make_mesh()
   num_data_shards = mesh.shape[partitioning.DATA_AXIS]
   if batch_size % num_data_shards:
@@ -250,12 +273,16 @@ def train(model_dir: str = gin.REQUIRED,
     if restored is not None:
       state = restored
       print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
+    teacher_params = None
+    if distillation:
+      teacher_params = jax.device_put(pretrained.get("backbone") or pretrained_backbone(),
+                                      shardings.params["backbone"])
     train_step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
-                                 seed)
+                                 seed, teacher_params)
     initial_dir = epath.Path(model_dir) / checkpoints.INITIAL_PARAMS
     if save_initial_params and restored is None and not initial_dir.exists():
       checkpoints.save_params(initial_dir, state.params)
-    if num_steps == 0:  # Saves the initial (e.g. pretrained, untuned) model, to export it.
+    if num_steps == 0 and restored is None:  # The initial (e.g. pretrained) model, to export.
       checkpointer.maybe_save(0, state, iterator, force=True)
     state = _loop(state, train_step, iterator, mesh, layout, checkpointer, model_dir, num_steps,
                   log_every_steps)
@@ -265,7 +292,8 @@ def train(model_dir: str = gin.REQUIRED,
 
 def _objective(model: nn.Module, scoring: str, k_train: int, temperature: float,
                token_hit_rate: bool | None,
-               alignment: alignment_lib.Alignment | None) -> objective_lib.Objective:
+               alignment: alignment_lib.Alignment | None,
+               distillation: float) -> objective_lib.Objective:
   """The training objective of `train`'s arguments; refuses settings that would be ignored."""
   salience = getattr(model, "salience", None)
   if scoring != "aligner" and (salience is not None or alignment is not None):
@@ -274,7 +302,8 @@ def _objective(model: nn.Module, scoring: str, k_train: int, temperature: float,
   return objective_lib.Objective(
       scoring, k_train, temperature,
       scoring == "xtr" if token_hit_rate is None else token_hit_rate,
-      alignment or alignment_lib.Alignment(), salience.l1 if salience is not None else 0.0)
+      alignment or alignment_lib.Alignment(), salience.l1 if salience is not None else 0.0,
+      distillation)
 
 
 def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
