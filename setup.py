@@ -43,7 +43,7 @@ setuptools.setup(
             "xtr-analyze-tokens=xtr.token_analysis:console_entry_point",
             "xtr-adapt-alignment=xtr.adapt_alignment:console_entry_point",
             "xtr-show-alignment=xtr.show_alignment:console_entry_point",
-            "xtr-wise-ft=xtr.wise_ft:console_entry_point",
+            "xtr-wise-ft=xtr.interpolate:console_entry_point",
         ],
     },
 )

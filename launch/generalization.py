@@ -10,6 +10,8 @@
       applied to it (the vectors are L2-normalized after a bias-free projection, so projecting
       the normalized raw vectors gives the model's own). Writes CHECKPOINT/<SET>.json and
       OUT_DIR/raw_384/<SET>.json (no projection).
+  .venv/bin/python launch/generalization.py tables OUT_DIR
+      docs/results.md's tables (Markdown, on stdout) from what has been measured ("—": not yet).
 
 SETs: scifact_dev (the 162 queries of launch/generalization.sh's carved SciFact dev split),
 nfcorpus_dev, scifact_test, nfcorpus_test. Documents are encoded as xtr-export does (256 tokens).
@@ -109,6 +111,43 @@ def projections(out_dir: str, set_names: list[str], checkpoints: list[str]) -> N
       _write(path, _metrics(data, results))
 
 
+def _cell(path: str) -> str:
+  if not os.path.exists(path):
+    return "—"
+  with open(path, encoding="utf-8") as f:
+    return f"{json.load(f)['ndcg@10']:.4f}"
+
+
+def _table(head: str, rows: dict[str, str], set_names: list[str]) -> str:
+  """rows: {label: directory of <set>.json}."""
+  lines = [f"| {head} | " + " | ".join(set_names) + " |", "|---" * (len(set_names) + 1) + "|"]
+  for label, directory in rows.items():
+    cells = [_cell(os.path.join(directory, f"{name}.json")) for name in set_names]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def tables(out_dir: str) -> None:
+  zero = {"no projection (384)": "raw_384"}
+  for dim in (128, 256):
+    for init, label in (("pca", "PCA, SciFact batches"), ("pca_mixed", "PCA, SciFact + NFCorpus"),
+                        ("random", "random")):
+      zero[f"{dim}, {label}"] = f"{init}_{dim}"
+  print("0 steps: the projection alone (exact MaxSim, nDCG@10)\n")
+  print(_table("projection", {k: os.path.join(out_dir, "zero", v) for k, v in zero.items()},
+               ["scifact_test", "nfcorpus_test", "scifact_dev", "nfcorpus_dev"]))
+  trained = sorted(d for d in os.listdir(out_dir) if d not in ("zero",) and
+                   os.path.isdir(os.path.join(out_dir, d)))
+  rows = {}
+  for name in trained:
+    rows[name] = os.path.join(out_dir, name)
+    for wise in sorted(os.listdir(rows[name])):
+      if wise.startswith("wise_ft_"):
+        rows[f"{name}, WiSE-FT α={wise[len('wise_ft_'):]}"] = os.path.join(rows[name], wise)
+  print("\nTrained (exact MaxSim on the dev splits, nDCG@10)\n")
+  print(_table("model", rows, ["scifact_dev", "nfcorpus_dev"]))
+
+
 def main(argv: list[str]) -> None:
   command, *args = argv
   cli.quiet_logging()
@@ -117,6 +156,8 @@ def main(argv: list[str]) -> None:
   elif command == "projections":
     split = args.index("--")
     projections(args[0], args[1:split], args[split + 1:])
+  elif command == "tables":
+    tables(args[0])
   else:
     raise SystemExit(__doc__)
 

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # The generalization study of docs/results.md ("Generalization"): which recipe keeps the
-# backbone's quality out of domain. Models are trained on a carved SciFact dev split's 647 train
-# queries (the demo's steps and settings, gin/runs/xtr_minilm_scifact.gin, plus one binding each)
-# and scored by exact MaxSim on the 162 SciFact dev queries and on NFCorpus dev; 0-step models
-# (projection only) are also scored on both test splits, as docs/results.md's table 1.2.
+# backbone's quality out of domain. Models get the demo's steps and settings
+# (gin/runs/xtr_minilm_scifact.gin) plus one change each, are trained on SciFact (the 647 train
+# queries of a carved dev split) or on NFCorpus train, and are scored by exact MaxSim on the 162
+# SciFact dev queries and on NFCorpus dev, in domain and out. 0-step models (the projection
+# alone) are also scored on both test splits (docs/results.md's table 1.2).
 #
 #   launch/generalization.sh [OUT_DIR]   (default runs/generalization; on 2 cores ~8 min per
-#                                         model and ~9 min per evaluation of both dev sets)
+#                                         model and ~5 min per evaluation of both dev sets)
 #
 # Every step is skipped when its output exists, so a killed run resumes where it stopped.
-# Results: OUT_DIR/<model>/<set>.json
+# Results: OUT_DIR/<model>/<set>.json, OUT_DIR/<model>/wise_ft_<alpha>/<set>.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s setup
 out=${1:-runs/generalization}
 dev=runs/scifact_dev
+nfcorpus=../shared/data/beir/nfcorpus
 bin=.venv/bin
 study="$bin/python launch/generalization.py"
 
@@ -24,32 +26,50 @@ study="$bin/python launch/generalization.py"
 train() {  # train NAME DATA_DIR BINDING...: the demo's recipe with extra gin bindings
   local name=$1 data=$2
   shift 2
-  local gin=(--gin_file=gin/runs/xtr_minilm_scifact.gin --gin_bindings="DATA_DIR = '$data'"
-             --gin_bindings="MODEL_DIR = '$out/$name'")
+  local gin=(--gin_file=gin/runs/xtr_minilm_scifact.gin
+             --gin_file=gin/runs/mixture_scifact_nfcorpus.gin --gin_bindings="DATA_DIR = '$data'"
+             --gin_bindings="NFCORPUS_DIR = '$nfcorpus'" --gin_bindings="MODEL_DIR = '$out/$name'"
+             --gin_bindings="trainer.train.save_initial_params = True")
   for binding in "$@"; do gin+=(--gin_bindings="$binding"); done
   $bin/xtr-train "${gin[@]}"
 }
 
-# 1.2: the projection alone (0 steps), its PCA fitted on the demo's SciFact training batches.
+# 1.2: the projection alone (0 steps), its PCA fitted on the demo's SciFact training batches or
+# on batches of the SciFact + NFCorpus mixture; or random.
 zero=()
 for dim in 128 256; do
-  for init in pca random; do
+  for init in pca random pca_mixed; do
+    sample=$([[ $init == pca_mixed ]] && echo "'scifact_nfcorpus'" || echo None)
     train "zero/${init}_$dim" data/scifact "trainer.train.num_steps = 0" \
-      "models.XTREncoder.embed_dim = $dim" "trainer.train.projection_init = '$init'"
+      "models.XTREncoder.embed_dim = $dim" "trainer.train.projection_init = '${init%_mixed}'" \
+      "trainer.train.projection_sample_task = $sample"
     zero+=("$out/zero/${init}_$dim")
   done
 done
 $study projections "$out/zero" scifact_test nfcorpus_test scifact_dev nfcorpus_dev -- "${zero[@]}"
 
-# 2: trained on SciFact (dev split's train queries), scored on both dev sets.
-# name | gin bindings (';'-separated)
+# 2: one change each to the demo's recipe; name | training data | gin bindings (';'-separated).
+d384="models.XTREncoder.embed_dim = None;trainer.train.projection_init = 'random'"
 models=(
-  "scifact_d128|"
-  "scifact_d384|models.XTREncoder.embed_dim = None;trainer.train.projection_init = 'random'"
+  "scifact_d128|$dev|"
+  "scifact_d384|$dev|$d384"
+  "scifact_d384_distill|$dev|$d384;trainer.train.distillation = 1.0"
+  "nfcorpus_d384|$nfcorpus|$d384"
+  "scifact_d384_frozen|$dev|$d384;optimizers.make_optimizer.frozen = ['backbone/embeddings', 'backbone/layers_[0-2]/']"
+  "scifact_d256_pca_mixed|$dev|models.XTREncoder.embed_dim = 256;trainer.train.projection_sample_task = 'scifact_nfcorpus'"
+  "mixture_d384|$dev|$d384;trainer.train.task_name = 'scifact_nfcorpus'"
+  "scifact_d384_lr1e-5|$dev|$d384;optimizers.warmup_constant.learning_rate = 1e-5"
+  "nfcorpus_d128|$nfcorpus|"
 )
+wise_ft=(scifact_d128 scifact_d384 nfcorpus_d384)  # θ_α at α = 0.5
 for spec in "${models[@]}"; do
-  IFS='|' read -r name bindings <<< "$spec"
+  IFS='|' read -r name data bindings <<< "$spec"
   IFS=';' read -r -a extra <<< "$bindings"
-  train "$name" $dev "${extra[@]}"
+  train "$name" "$data" "${extra[@]}"
   $study evaluate "$out/$name" scifact_dev nfcorpus_dev
+  if [[ " ${wise_ft[*]} " == *" $name "* ]]; then
+    [[ -d $out/$name/wise_ft_0.5 ]] || $bin/xtr-wise-ft --checkpoint="$out/$name" --alpha=0.5 \
+      --out="$out/$name/wise_ft_0.5"
+    $study evaluate "$out/$name/wise_ft_0.5" scifact_dev nfcorpus_dev
+  fi
 done

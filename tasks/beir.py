@@ -15,6 +15,7 @@ import json
 import os
 import tempfile
 
+from absl import logging
 import gin
 import numpy as np
 import seqio
@@ -111,15 +112,22 @@ def uniform_negative(data: BeirPairs) -> Sample:
 
 
 @gin.configurable
-def bm25_negative(data: BeirPairs, depth: int = 100,
-                  cache_dir: str = "~/.cache/xtr/bm25") -> Sample:
+def bm25_negative(data: BeirPairs, depth: int = 100, cache_dir: str = "~/.cache/xtr/bm25",
+                  without_candidates: str = "uniform") -> Sample:
   """Draws a BM25 hard negative uniformly from the query's top-`depth` BM25 documents
   (`bm25_top_docs`, mined once and cached in `cache_dir`) that are neither positives of the query
   nor unmatched (score 0).
 
+  A query may have no such document (NFCorpus has queries whose top 100 are all positives):
+  without_candidates="uniform" draws its negatives as `uniform_negative` does (logging how many
+  queries do); "error" refuses.
+
   Raises:
-    ValueError: naming a query that has no such document (raise `depth`).
+    ValueError: with "error", naming a query that has no such document (raise `depth`).
   """
+  if without_candidates not in ("uniform", "error"):
+    raise ValueError(f"bm25_negative.without_candidates={without_candidates!r}: expected "
+                     "'uniform' or 'error'.")
   top = bm25_top_docs(data, depth, cache_dir)
   num_docs = len(data.docs)
   pair_keys = data.pairs[:, 0] * num_docs + data.pairs[:, 1]  # (query, doc) -> one int64
@@ -128,15 +136,22 @@ def bm25_negative(data: BeirPairs, depth: int = 100,
   counts = candidate.sum(axis=1)
   if counts.min() == 0:
     query = data.queries[int(np.argmin(counts))]
-    raise ValueError(f"Query {query!r}: its top-{depth} BM25 documents are all positives or "
-                     "unmatched; no negative to sample.")
+    if without_candidates == "error":
+      raise ValueError(f"Query {query!r}: its top-{depth} BM25 documents are all positives or "
+                       "unmatched; no negative to sample.")
+    logging.warning("%d of %d queries (e.g. %r) have no BM25 negative in their top %d: their "
+                    "negatives are uniform.", np.sum(counts == 0), len(counts), query, depth)
   starts = np.concatenate([[0], np.cumsum(counts)])
   candidates = top[candidate]
+  uniform = uniform_negative(data)
 
   def sample(query_index: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    r = tf.random.stateless_uniform([], seed, minval=0, maxval=tf.gather(counts, query_index),
+    count = tf.gather(counts, query_index)
+    r = tf.random.stateless_uniform([], seed, minval=0, maxval=tf.maximum(count, 1),
                                     dtype=tf.int64)
-    return tf.gather(candidates, tf.gather(starts, query_index) + r)
+    return tf.cond(count > 0,
+                   lambda: tf.gather(candidates, tf.gather(starts, query_index) + r),
+                   lambda: uniform(query_index, seed))
 
   return sample
 

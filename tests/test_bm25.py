@@ -158,8 +158,16 @@ def test_bm25_negatives_through_gin(scifact_train, tmp_path):
   assert negatives(0) == first and negatives(1) != first
 
 
-def test_bm25_negative_without_candidates_names_the_query(tmp_path):
+def test_bm25_negative_without_candidates_is_uniform_or_names_the_query(tmp_path):
+  """'quantum' matches no document: its negatives are uniform over its non-positives (every one
+  drawn in 400 draws), while 'cat mat' keeps drawing from its BM25 candidates only."""
   data = beir.BeirPairs(queries=("cat mat", "quantum"), docs=DOCS,
                         pairs=np.array([[0, 0], [1, 3]], np.int64))
   with pytest.raises(ValueError, match="'quantum': its top-5 BM25 documents are all positives"):
-    beir.bm25_negative(data, depth=5, cache_dir=tmp_path)
+    beir.bm25_negative(data, depth=5, cache_dir=tmp_path, without_candidates="error")
+  sample = tf.function(beir.bm25_negative(data, depth=5, cache_dir=tmp_path))
+  draw = lambda q, i: int(sample(tf.constant(q, tf.int64), tf.constant([i, 7], tf.int64)))
+  quantum = {draw(1, i) for i in range(400)}
+  assert quantum == set(range(len(DOCS))) - {3}
+  top = beir.bm25_top_docs(data, 5, str(tmp_path))[0]
+  assert {draw(0, i) for i in range(400)} <= set(top[(top >= 0) & (top != 0)].tolist())

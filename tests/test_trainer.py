@@ -294,3 +294,9 @@ def test_distillation_starts_at_zero_for_the_teacher_itself(tmp_path, msmarco_tr
       hf_weights.load_t5_backbone.config = @t5.T5Config()""")
   kl = [float(x) for x in re.findall(r"distillation_kl ([0-9.e-]+) \|", capsys.readouterr().out)]
   assert len(kl) == 3 and kl[0] < 1e-5 < kl[-1], kl  # Steps 1, 10, 20.
+
+
+def test_distillation_needs_a_teacher(tmp_path, msmarco_triples_path, t5_spm_path):
+  with pytest.raises(ValueError, match=r"distillation=0.5 needs a pretrained_backbone"):
+    _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+                            f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.distillation = 0.5")

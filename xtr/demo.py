@@ -4,7 +4,8 @@
 
 Trains (resuming if interrupted), exports the ScaNN token index of the corpus, ranks the test
 queries with f_XTR' from token retrieval alone, runs the baselines, prints a table and writes
-`{out_dir}/metrics.json`. Every step shows progress; a finished step is not redone.
+`{out_dir}/metrics.json`; the same for every collection of `demo.run.extra_data_dirs` (out of
+domain). Every step shows progress; a finished step is not redone.
 """
 import os
 from typing import Any, Callable, Sequence
@@ -19,6 +20,7 @@ from xtr import evaluation
 from xtr import indexing
 from xtr import retrieval
 from xtr import trainer
+from xtr import wise_ft
 from xtr.index import files
 from xtr.index import reader
 
@@ -30,10 +32,10 @@ def _metrics(data: evaluation.BeirData, results: retrieval.Results) -> dict[str,
           "mrr@10": scores["mrr@10"], "ms_per_query": float(np.mean(results.latency_ms))}
 
 
-def _xtr(model_dir: str, data: evaluation.BeirData, config: retrieval.SearchConfig):
-  """Exports the token index of the fine-tuned model (once) and ranks the test queries."""
-  encoder = encoding.Encoder(encoding.load_params(model_dir))
-  index_dir = os.path.join(model_dir, "index")
+def _xtr(checkpoint: str, data: evaluation.BeirData, index_dir: str,
+         config: retrieval.SearchConfig) -> retrieval.Results:
+  """Exports the token index of `data`'s corpus (once) and ranks its test queries."""
+  encoder = encoding.Encoder(encoding.load_params(checkpoint))
   if not os.path.exists(os.path.join(index_dir, files.MANIFEST)):
     corpus = indexing.corpus_record(data.corpus_path, range(len(data.doc_ids)), len(data.doc_ids))
     indexing.export(encoder, data.doc_ids, data.docs, index_dir, store_vectors="float16",
@@ -53,27 +55,73 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
 def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: str = gin.REQUIRED,
         model: Any = gin.REQUIRED, vocabulary: Any = gin.REQUIRED,
         pretrained_backbone: Callable[[], Any] = gin.REQUIRED, k_prime: int = 1000,
-        split: str = "test") -> dict[str, dict[str, float]]:
-  """Runs the demo; returns {system: {"ndcg@10", "recall@100", "mrr@10", "ms_per_query"}}."""
-  data = evaluation.load_beir(data_dir, split)
-  print("== 1/4 fine-tune XTR from MiniLM", flush=True)
+        split: str = "test", extra_data_dirs: Sequence[str] = (),
+        wise_ft_alpha: float | None = None) -> dict[str, dict[str, dict[str, float]]]:
+  """Runs the demo; returns {set: {system: {"ndcg@10", "recall@100", "mrr@10", "ms_per_query"}}}.
+
+  Args:
+    data_dir: the training collection; its `split` is the first evaluation set.
+    extra_data_dirs: more BEIR-layout collections whose `split` is evaluated the same way (out of
+      domain: the model never saw them), each named by its directory's name.
+    wise_ft_alpha: evaluate the WiSE-FT interpolation θ_α of the fine-tuned model with its
+      initial parameters (`xtr.wise_ft`; the run saves them) instead of the fine-tuned one.
+  """
+  sets = _named_sets([data_dir, *extra_data_dirs])
+  if wise_ft_alpha is not None and not _saves_initial_params():
+    raise ValueError("demo.run.wise_ft_alpha needs trainer.train.save_initial_params = True.")
+  datasets = {name: evaluation.load_beir(path, split) for name, path in sets.items()}
+  steps = 1 + (wise_ft_alpha is not None) + 3 * len(sets)
+  print(f"== 1/{steps} fine-tune XTR from MiniLM", flush=True)
   trainer.train()
-  print("== 2/4 export the token index and search with f_XTR'", flush=True)
+  checkpoint, step = model_dir, 2
+  if wise_ft_alpha is not None:
+    checkpoint = os.path.join(model_dir, f"wise_ft_{wise_ft_alpha:g}")
+    print(f"== 2/{steps} WiSE-FT: interpolate with the initial parameters, α={wise_ft_alpha:g}",
+          flush=True)
+    wise_ft.write(model_dir, wise_ft_alpha, checkpoint)
+    step = 3
   config = retrieval.SearchConfig(top_k=100, k_prime=k_prime, scoring="xtr")
-  rows = {f"XTR-MiniLM (ScaNN, f_XTR', k'={k_prime})": _metrics(data, _xtr(model_dir, data,
-                                                                              config))}
-  print("== 3/4 BM25", flush=True)
-  rows["BM25 (k1=0.9, b=0.4)"] = _metrics(data, baselines.bm25_search(data, top_k=100))
-  print("== 4/4 untuned all-MiniLM-L6-v2", flush=True)
-  untuned = baselines.untuned_search(model.backbone, pretrained_backbone(), vocabulary, data,
-                                     top_k=100)
-  rows["MiniLM single-vector (mean pool)"] = _metrics(data, untuned["single_vector"])
-  rows["MiniLM MaxSim, raw tokens (exact)"] = _metrics(data, untuned["maxsim"])
-  print(format_table(rows))
-  keys = ("xtr", "bm25", "minilm_single_vector", "minilm_maxsim")
-  evaluation.write_json(dict(zip(keys, rows.values())), os.path.join(out_dir, "metrics.json"))
+  tables = {}
+  for number, (name, data) in enumerate(datasets.items()):
+    index_dir = os.path.join(checkpoint, "index" if number == 0 else f"index_{name}")
+    print(f"== {step}/{steps} {name}: export the token index and search with f_XTR'", flush=True)
+    rows = {f"XTR-MiniLM (ScaNN, f_XTR', k'={k_prime})": _metrics(
+        data, _xtr(checkpoint, data, index_dir, config))}
+    print(f"== {step + 1}/{steps} {name}: BM25", flush=True)
+    rows["BM25 (k1=0.9, b=0.4)"] = _metrics(data, baselines.bm25_search(data, top_k=100))
+    print(f"== {step + 2}/{steps} {name}: untuned all-MiniLM-L6-v2", flush=True)
+    untuned = baselines.untuned_search(model.backbone, pretrained_backbone(), vocabulary, data,
+                                       top_k=100)
+    rows["MiniLM single-vector (mean pool)"] = _metrics(data, untuned["single_vector"])
+    rows["MiniLM MaxSim, raw tokens (exact)"] = _metrics(data, untuned["maxsim"])
+    tables[name] = dict(zip(KEYS, rows.values()))
+    print(f"{name} ({split})\n{format_table(rows)}", flush=True)
+    step += 3
+  evaluation.write_json(tables, os.path.join(out_dir, "metrics.json"))
   print(f"Wrote {os.path.join(out_dir, 'metrics.json')}")
-  return rows
+  return tables
+
+
+KEYS = ("xtr", "bm25", "minilm_single_vector", "minilm_maxsim")  # metrics.json's, per set
+
+
+def _saves_initial_params() -> bool:
+  try:
+    return bool(gin.query_parameter("trainer.train.save_initial_params"))
+  except ValueError:  # not bound: the default, False
+    return False
+
+
+def _named_sets(data_dirs: Sequence[str]) -> dict[str, str]:
+  """{directory name: path}; refuses two sets of one name before any work."""
+  sets = {}
+  for path in data_dirs:
+    name = os.path.basename(os.path.normpath(path))
+    if name in sets:
+      raise ValueError(f"demo.run: {path} and {sets[name]} are both named {name!r}; the sets "
+                       "are named by their directories.")
+    sets[name] = path
+  return sets
 
 
 def main(argv: Sequence[str]) -> None:
