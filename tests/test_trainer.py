@@ -164,6 +164,33 @@ def test_smoke_run_lowers_the_loss(tmp_path):
   assert _steps(tmp_path) == [50, 60]
 
 
+def _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, num_steps: int,
+                           bindings: str):
+  """Saves a random 2-layer transformers T5 (d_model 64) as the pretrained backbone and trains
+  the smoke run from it (`bindings`: gin lines importing tasks.beir, xtr.models and
+  xtr.trainer); returns its transformers config."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  hf_config = transformers.T5Config(vocab_size=32128, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                                    num_heads=4, feed_forward_proj="gated-gelu")
+  transformers.T5EncoderModel(hf_config).save_pretrained(tmp_path / "hf")
+  _train_smoke_in_process(
+      f"MODEL_DIR = '{tmp_path / 'model'}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+      f"T5_SPM_PATH = '{t5_spm_path}'", f"trainer.train.num_steps = {num_steps}",
+      f"""from __gin__ import dynamic_registration
+      from tasks import beir
+      from xtr import hf_weights
+      from xtr import models
+      from xtr import t5
+      from xtr import trainer
+      trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
+      hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
+      hf_weights.load_t5_backbone.config = @t5.T5Config()
+      {bindings}""")
+  return hf_config
+
+
 @pytest.mark.parametrize("projection_init,sample_task", [
     ("random", None), ("pca", None), ("pca", "beir_pairs")])
 def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_path, t5_spm_path,
@@ -174,27 +201,10 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
   orthonormal columns, unlike a random init; they span the PCA of the first batches of
   `projection_sample_task` (here SciFact pairs) where one is given, not of the training task's.
   """
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
   from xtr import encoding  # pylint: disable=g-import-not-at-top
-  torch.manual_seed(0)
-  hf_config = transformers.T5Config(vocab_size=32128, d_model=64, d_kv=16, d_ff=128, num_layers=2,
-                                    num_heads=4, feed_forward_proj="gated-gelu")
-  transformers.T5EncoderModel(hf_config).save_pretrained(tmp_path / "hf")
-  _train_smoke_in_process(
-      f"MODEL_DIR = '{tmp_path / 'model'}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
-      f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 0",
-      f"""from __gin__ import dynamic_registration
-      from tasks import beir
-      from xtr import hf_weights
-      from xtr import models
-      from xtr import t5
-      from xtr import trainer
-      trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
+  hf_config = _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, 0, f"""
       trainer.train.projection_init = '{projection_init}'
       models.XTREncoder.embed_dim = 32
-      hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
-      hf_weights.load_t5_backbone.config = @t5.T5Config()
       trainer.train.projection_sample_task = {sample_task!r}
       beir.load_pairs.data_dir = '{scifact_dir}'""")
   saved = encoding.load_params(str(tmp_path / "model"))
@@ -272,26 +282,10 @@ def test_distillation_starts_at_zero_for_the_teacher_itself(tmp_path, msmarco_tr
   """The model is the pretrained backbone without projection and k_train keeps every token of
   the batch (f_XTR = f_ColBERT): at step 1 the student is its own teacher (KL 0); training then
   moves it away, and the KL term grows."""
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
-  torch.manual_seed(0)
-  hf_config = transformers.T5Config(vocab_size=32128, d_model=64, d_kv=16, d_ff=128, num_layers=2,
-                                    num_heads=4, feed_forward_proj="gated-gelu")
-  transformers.T5EncoderModel(hf_config).save_pretrained(tmp_path / "hf")
-  _train_smoke_in_process(
-      f"MODEL_DIR = '{tmp_path / 'model'}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
-      f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 20",
-      f"""from __gin__ import dynamic_registration
-      from xtr import hf_weights
-      from xtr import models
-      from xtr import t5
-      from xtr import trainer
-      trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
+  _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, 20, f"""
       trainer.train.distillation = 1.0
       trainer.train.k_train = {16 * 2 * 64}
-      models.XTREncoder.embed_dim = None
-      hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
-      hf_weights.load_t5_backbone.config = @t5.T5Config()""")
+      models.XTREncoder.embed_dim = None""")
   kl = [float(x) for x in re.findall(r"distillation_kl ([0-9.e-]+) \|", capsys.readouterr().out)]
   assert len(kl) == 3 and kl[0] < 1e-5 < kl[-1], kl  # Steps 1, 10, 20.
 
