@@ -61,15 +61,16 @@ models=(
   "scifact_d384_lr1e-5|$dev|$d384;optimizers.warmup_constant.learning_rate = 1e-5"
   "nfcorpus_d128|$nfcorpus|"
 )
-wise_ft=(scifact_d128 scifact_d384 nfcorpus_d384)  # θ_α at α = 0.5
+# WiSE-FT θ_α of some models: α swept on dev for the demo's candidate.
+declare -A alphas=([scifact_d128]="0.5" [scifact_d384]="0.3 0.5 0.7" [nfcorpus_d384]="0.5")
 for spec in "${models[@]}"; do
   IFS='|' read -r name data bindings <<< "$spec"
   IFS=';' read -r -a extra <<< "$bindings"
   train "$name" "$data" "${extra[@]}"
   $study evaluate "$out/$name" scifact_dev nfcorpus_dev
-  if [[ " ${wise_ft[*]} " == *" $name "* ]]; then
-    [[ -d $out/$name/wise_ft_0.5 ]] || $bin/xtr-wise-ft --checkpoint="$out/$name" --alpha=0.5 \
-      --out="$out/$name/wise_ft_0.5"
-    $study evaluate "$out/$name/wise_ft_0.5" scifact_dev nfcorpus_dev
-  fi
+  for alpha in ${alphas[$name]:-}; do
+    [[ -d $out/$name/wise_ft_$alpha ]] || $bin/xtr-wise-ft --checkpoint="$out/$name" \
+      --alpha="$alpha" --out="$out/$name/wise_ft_$alpha"
+    $study evaluate "$out/$name/wise_ft_$alpha" scifact_dev nfcorpus_dev
+  done
 done

@@ -8,7 +8,8 @@
 #
 #   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~20 min per model on 2 cores)
 #
-# `make demo` trains and exports xtr_k1024 already: `cp -r runs/demo/xtr runs/ablations/xtr_k1024`.
+# xtr_k1024 is the 128-d model `make demo` trained until issue 14 (its recipe now adds 384-d tokens
+# and WiSE-FT: docs/results.md, "Generalization").
 #
 # Every step is skipped when its output exists, so a killed run resumes where it stopped.
 # Results: OUT_DIR/<model>/<evaluation>.json, OUT_DIR/tables.md, docs/figures/token_retrieval.png.

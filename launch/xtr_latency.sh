@@ -9,6 +9,8 @@
 #                                                 cores ~2-3 min per ScaNN build, ~5 min per
 #                                                 benchmark)
 #
+# DEMO_DIR holds DEMO_DIR/xtr (a checkpoint) and DEMO_DIR/xtr/index: the 128-d model's demo run
+# that docs/performance.md measures (its first paragraph says how to rebuild it).
 # Every step is skipped when its output exists, so a killed run resumes where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -288,6 +288,11 @@ def test_distillation_starts_at_zero_for_the_teacher_itself(tmp_path, msmarco_tr
       models.XTREncoder.embed_dim = None""")
   kl = [float(x) for x in re.findall(r"distillation_kl ([0-9.e-]+) \|", capsys.readouterr().out)]
   assert len(kl) == 3 and kl[0] < 1e-5 < kl[-1], kl  # Steps 1, 10, 20.
+  _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, 22, f"""
+      trainer.train.distillation = 1.0
+      trainer.train.k_train = {16 * 2 * 64}
+      models.XTREncoder.embed_dim = None""")  # A resumed run loads its teacher again.
+  assert f"Resumed from {tmp_path / 'model'} at step 20." in capsys.readouterr().out
 
 
 def test_distillation_needs_a_teacher(tmp_path, msmarco_triples_path, t5_spm_path):

@@ -267,16 +267,16 @@ def train(model_dir: str = gin.REQUIRED,
   # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
   pretrained = ({} if checkpointer.latest_step() is not None else
                 _pretrained(model, pretrained_backbone, projection_init, first_batches))
+  # The distillation teacher: the untuned backbone, loaded again by a resumed run.
+  teacher = (pretrained.get("backbone") or pretrained_backbone()) if distillation else None
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
     state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
     restored = checkpointer.restore_latest(abstract_state(model, optimizer, mesh), iterator)
     if restored is not None:
       state = restored
       print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
-    teacher_params = None
-    if distillation:
-      teacher_params = jax.device_put(pretrained.get("backbone") or pretrained_backbone(),
-                                      shardings.params["backbone"])
+    teacher_params = (None if teacher is None else
+                      jax.device_put(teacher, shardings.params["backbone"]))
     train_step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
                                  seed, teacher_params)
     initial_dir = epath.Path(model_dir) / checkpoints.INITIAL_PARAMS
