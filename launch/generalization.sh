@@ -26,8 +26,7 @@ study="$bin/python launch/generalization.py"
 train() {  # train NAME DATA_DIR BINDING...: the demo's recipe with extra gin bindings
   local name=$1 data=$2
   shift 2
-  local gin=(--gin_file=gin/runs/xtr_minilm_scifact.gin
-             --gin_file=gin/runs/mixture_scifact_nfcorpus.gin --gin_bindings="DATA_DIR = '$data'"
+  local gin=(--gin_file=gin/runs/mixture_scifact_nfcorpus.gin --gin_bindings="DATA_DIR = '$data'"
              --gin_bindings="NFCORPUS_DIR = '$nfcorpus'" --gin_bindings="MODEL_DIR = '$out/$name'"
              --gin_bindings="trainer.train.save_initial_params = True")
   for binding in "$@"; do gin+=(--gin_bindings="$binding"); done
