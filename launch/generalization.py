@@ -136,8 +136,8 @@ def tables(out_dir: str) -> None:
   print("0 steps: the projection alone (exact MaxSim, nDCG@10)\n")
   print(_table("projection", {k: os.path.join(out_dir, "zero", v) for k, v in zero.items()},
                ["scifact_test", "nfcorpus_test", "scifact_dev", "nfcorpus_dev"]))
-  trained = sorted(d for d in os.listdir(out_dir) if d not in ("zero",) and
-                   os.path.isdir(os.path.join(out_dir, d)))
+  trained = sorted(d for d in os.listdir(out_dir)
+                   if d != "zero" and os.path.isdir(os.path.join(out_dir, d)))
   rows = {}
   for name in trained:
     rows[name] = os.path.join(out_dir, name)

@@ -81,6 +81,7 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
     wise_ft.write(model_dir, wise_ft_alpha, checkpoint)
     step = 3
   config = retrieval.SearchConfig(top_k=100, k_prime=k_prime, scoring="xtr")
+  backbone_params = pretrained_backbone()  # the untuned baselines' weights, read once
   tables = {}
   for number, (name, data) in enumerate(datasets.items()):
     index_dir = os.path.join(checkpoint, "index" if number == 0 else f"index_{name}")
@@ -90,7 +91,7 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
     print(f"== {step + 1}/{steps} {name}: BM25", flush=True)
     rows["BM25 (k1=0.9, b=0.4)"] = _metrics(data, baselines.bm25_search(data, top_k=100))
     print(f"== {step + 2}/{steps} {name}: untuned all-MiniLM-L6-v2", flush=True)
-    untuned = baselines.untuned_search(model.backbone, pretrained_backbone(), vocabulary, data,
+    untuned = baselines.untuned_search(model.backbone, backbone_params, vocabulary, data,
                                        top_k=100)
     rows["MiniLM single-vector (mean pool)"] = _metrics(data, untuned["single_vector"])
     rows["MiniLM MaxSim, raw tokens (exact)"] = _metrics(data, untuned["maxsim"])
