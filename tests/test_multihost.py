@@ -111,3 +111,47 @@ def test_two_processes_train_like_one(tmp_path, triples, single_process, mesh, b
                              [reference_losses[s] for s in sorted(losses)], atol=1e-5, rtol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
                encoding.load_params(str(tmp_path)), reference_params)
+
+
+_INTERLEAVED = """
+import sys
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from xtr import partitioning
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+by_process = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+order = [by_process[i] for i in (0, 4, 1, 5, 2, 6, 3, 7)]  # data shards 0, 2, 4, 6 on process 0
+mesh = jax.sharding.Mesh(np.array(order).reshape(8, 1), ("data", "model"))
+layout = partitioning.data_layout(mesh)
+# Each host feeds 2 rows per data shard it holds: its input shard's rows 0..7.
+local = {"x": np.arange(8, dtype=np.int32) + 100 * layout.shard_id}
+batch = partitioning.global_batch(local, mesh, layout)
+print("layout", layout.shard_id, layout.num_shards)
+print("global", multihost_utils.process_allgather(batch["x"], tiled=True).tolist())
+"""
+
+
+def test_non_consecutive_rows_feed_their_devices():
+  """Two processes on a mesh whose data axis alternates between them: each feeds its own
+  (non-consecutive) data shards, and each row of the global batch lands on the device that
+  holds it: host h's local row 2k + j is row j of data shard (its k-th shard)."""
+  address = f"127.0.0.1:{_free_port()}"
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+  processes = [subprocess.Popen([sys.executable, "-c", _INTERLEAVED, address, str(i)], cwd=REPO,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True) for i in range(2)]
+  try:
+    outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in processes]
+  finally:
+    for p in processes:
+      p.kill()
+      p.wait()
+  for p, output in zip(processes, outputs):
+    assert p.returncode == 0, output[-3000:]
+  assert "layout 0 2" in outputs[0] and "layout 1 2" in outputs[1]
+  # Data shard s (rows 2s, 2s + 1) is held by process s % 2, as its (s // 2)-th shard.
+  expected = [100 * (s % 2) + 2 * (s // 2) + j for s in range(8) for j in range(2)]
+  for output in outputs:
+    assert f"global {expected}" in output, output[-3000:]

@@ -6,13 +6,15 @@ its devices hold (`data_layout`).
 """
 import collections
 import dataclasses
+import itertools
+import math
 from typing import Any, Sequence
 
 import flax.linen as nn
 import gin
 import jax
 import numpy as np
-from jax.experimental import mesh_utils
+from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xtr import typecheck
@@ -44,29 +46,143 @@ def make_mesh(num_partitions: int = 1, dcn_mesh_shape: tuple[int, int] = (1, 1),
               devices: Sequence[jax.Device] | None = None) -> Mesh:
   """A (data, model) mesh over `devices` (default: all), `num_partitions` wide on `model`.
 
-  Devices are placed by `mesh_utils.create_device_mesh`, so that on a TPU slice the model axis
-  (the most communication) runs over the fastest links. `dcn_mesh_shape` = (d, p) splits the mesh
-  over d·p granules joined by the slower data-center network: the TPU slices of a multi-slice
-  job, or the hosts (processes) when all devices are in one slice (or have none: GPU, CPU).
-  (k, 1) is the usual multi-slice layout (data parallelism across slices); (1, p) puts the model
-  axis across hosts. `mesh_utils.create_hybrid_device_mesh` builds the mesh from per-granule
-  (ICI) meshes of shape (data / d, num_partitions / p).
+  The mesh is host-major: every host's devices hold a block of consecutive data shards, so each
+  host feeds consecutive rows of every batch (`data_layout`). On a TPU slice each model group is
+  a box of chips (`_tpu_grid`), spanning as few hosts as possible and ordered so that
+  consecutive devices of the model axis are ICI neighbours; elsewhere (GPU, CPU) devices go in
+  (process, id) order. `dcn_mesh_shape` = (d, p) splits the mesh over d·p granules joined by the
+  slower data-center network: the TPU slices of a multi-slice job, or the processes when all
+  devices are in one slice (GPU nodes). (k, 1) is the usual multi-slice layout (data parallelism
+  across slices); (1, p) puts the model axis across granules. Each granule gets a mesh of shape
+  (data / d, num_partitions / p), and the granules are laid out on a (d, p) grid in order.
   """
   typecheck.arguments(make_mesh, locals())
   devices = list(jax.devices() if devices is None else devices)
   if len(devices) % num_partitions:
     raise ValueError(f"num_partitions={num_partitions} does not divide {len(devices)} devices.")
   shape = (len(devices) // num_partitions, num_partitions)
-  if tuple(dcn_mesh_shape) == (1, 1):
-    return Mesh(mesh_utils.create_device_mesh(shape, devices), (DATA_AXIS, MODEL_AXIS))
   if any(n % g for n, g in zip(shape, dcn_mesh_shape)):
     raise ValueError(f"dcn_mesh_shape={tuple(dcn_mesh_shape)} does not divide the (data, model) "
                      f"mesh {shape}.")
-  ici_shape = [n // g for n, g in zip(shape, dcn_mesh_shape)]
-  one_slice = len({getattr(d, "slice_index", 0) for d in devices}) == 1
-  grid = mesh_utils.create_hybrid_device_mesh(ici_shape, dcn_mesh_shape, devices,
-                                              process_is_granule=one_slice)
-  return Mesh(grid, (DATA_AXIS, MODEL_AXIS))
+  granules = _granules(devices, math.prod(dcn_mesh_shape))
+  ici_shape = tuple(n // g for n, g in zip(shape, dcn_mesh_shape))
+  grids = [_granule_grid(granule, ici_shape) for granule in granules]
+  rows = [np.concatenate(grids[i * dcn_mesh_shape[1]:(i + 1) * dcn_mesh_shape[1]], axis=1)
+          for i in range(dcn_mesh_shape[0])]
+  return Mesh(np.concatenate(rows, axis=0), (DATA_AXIS, MODEL_AXIS))
+
+
+def _granules(devices: Sequence[Any], count: int) -> list[list[Any]]:
+  """`devices` split into `count` granules: slices if there are several, else processes."""
+  if count == 1:
+    return [list(devices)]
+  key = ("slice_index" if len({getattr(d, "slice_index", 0) for d in devices}) > 1
+         else "process_index")
+  groups = collections.defaultdict(list)
+  for device in devices:
+    groups[getattr(device, key, 0)].append(device)
+  if len(groups) != count or len({len(g) for g in groups.values()}) != 1:
+    raise ValueError(f"dcn_mesh_shape asks for {count} granules, but the devices form "
+                     f"{len(groups)} groups by {key} of sizes "
+                     f"{sorted(len(g) for g in groups.values())}.")
+  return [groups[k] for k in sorted(groups)]
+
+
+def _granule_grid(devices: Sequence[Any], shape: tuple[int, int]) -> np.ndarray:
+  """[data, model] devices of one granule (one ICI domain)."""
+  if all(getattr(d, "platform", None) == "tpu" and hasattr(d, "coords") for d in devices):
+    grid = _tpu_grid(devices, shape[1])
+    if grid is not None:
+      return grid
+    logging.warning("No box of %d TPU chips tiles the slice of %d chips host by host: the model "
+                    "axis takes the devices in (process, id) order, which may not be ICI "
+                    "neighbours.", shape[1], len(devices))
+  ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
+  return np.array(ordered, dtype=object).reshape(shape)
+
+
+def _tpu_grid(devices: Sequence[Any], num_partitions: int) -> np.ndarray | None:
+  """[data, model] TPU devices: model groups are boxes of chips, in snake order; None if no box
+  shape tiles both the hosts and the slice.
+
+  Physical axes are the chips' coordinates and the core on the chip. A host holds a box of them
+  (on TPU v4/v5, 2×2×1 chips); the model box is cut from the host box, or made of whole host
+  boxes where it is larger, so that each host's devices hold whole model groups (or a host
+  group shares them).
+  """
+  physical = _physical_mesh(devices)
+  if physical is None:
+    return None
+  host_box = _host_box(physical)
+  if host_box is None:
+    return None
+  box = _model_box(physical.shape, host_box, num_partitions)
+  if box is None:
+    return None
+  tiles = [n // b for n, b in zip(physical.shape, box)]
+  # [tile_0, box_0, tile_1, box_1, ...] -> [tiles..., box...]: one row per model box.
+  split = physical.reshape([x for t, b in zip(tiles, box) for x in (t, b)])
+  ndim = physical.ndim
+  blocks = split.transpose([*range(0, 2 * ndim, 2), *range(1, 2 * ndim, 2)])
+  blocks = blocks.reshape(math.prod(tiles), *box)
+  path = _snake(box)
+  rows = [blocks[i][tuple(np.array(path).T)] for i in range(len(blocks))]
+  rows.sort(key=lambda row: min(d.process_index for d in row))  # stable: tile order in a host
+  return np.array(rows, dtype=object)
+
+
+def _physical_mesh(devices: Sequence[Any]) -> np.ndarray | None:
+  """Devices at [x, y, z, core] (offsets from the smallest coordinates); None if they do not
+  fill a box."""
+  points = [(*d.coords, getattr(d, "core_on_chip", 0)) for d in devices]
+  low = np.min(points, axis=0)
+  extent = np.max(points, axis=0) - low + 1
+  if math.prod(extent) != len(devices):
+    return None
+  physical = np.empty(tuple(extent), dtype=object)
+  for device, point in zip(devices, points):
+    physical[tuple(np.array(point) - low)] = device
+  return None if any(d is None for d in physical.flat) else physical
+
+
+def _host_box(physical: np.ndarray) -> tuple[int, ...] | None:
+  """The shape of every host's box of devices; None unless the hosts tile `physical` with
+  aligned boxes of one shape."""
+  where = collections.defaultdict(list)
+  for index, device in np.ndenumerate(physical):
+    where[device.process_index].append(index)
+  boxes = set()
+  for indices in where.values():
+    low, high = np.min(indices, axis=0), np.max(indices, axis=0)
+    box = tuple(high - low + 1)
+    if math.prod(box) != len(indices) or any(l % b for l, b in zip(low, box)):
+      return None
+    boxes.add(box)
+  return boxes.pop() if len(boxes) == 1 else None
+
+
+def _model_box(mesh_shape: Sequence[int], host_box: Sequence[int],
+               size: int) -> tuple[int, ...] | None:
+  """The box of `size` devices that model groups fill: on each axis it divides the mesh, and
+  either divides the host box or is a multiple of it. Among those, the one over the fewest hosts,
+  then the most compact (smallest longest side), then the first in axis order."""
+  def sides(n, host):
+    return [s for s in range(1, n + 1) if n % s == 0 and (host % s == 0 or s % host == 0)]
+
+  boxes = [box for box in itertools.product(*map(sides, mesh_shape, host_box))
+           if math.prod(box) == size]
+  if not boxes:
+    return None
+  hosts = lambda box: math.prod(max(1, s // h) for s, h in zip(box, host_box))
+  return min(boxes, key=lambda box: (hosts(box), max(box), [-s for s in box]))
+
+
+def _snake(box: Sequence[int]) -> list[tuple[int, ...]]:
+  """The cells of a box in boustrophedon order: consecutive cells differ by 1 on one axis."""
+  if len(box) == 1:
+    return [(i,) for i in range(box[0])]
+  inner = _snake(box[1:])
+  return [(i, *cell) for i in range(box[0]) for cell in (inner if i % 2 == 0 else inner[::-1])]
 
 
 def param_shardings(boxed_params: Any, mesh: Mesh, rules=DEFAULT_RULES) -> Any:
@@ -104,33 +220,34 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 class DataLayout:
   """Which rows of every global batch this host feeds (t5x's data layout).
 
-  The global batch is split into `num_shards` equal blocks of consecutive rows; this host feeds
-  block `shard_id`. Hosts whose devices hold the same rows (a model axis across hosts) get the
-  same block and read the same input shard, so they feed identical rows.
+  The data shards of the global batch (one per position on `data`) fall into `num_shards`
+  groups of equal size, the shards each host's devices hold; this host feeds group `shard_id`,
+  its rows in the order of the shards (consecutive on a mesh from `make_mesh`, but any order
+  works). Hosts whose devices hold the same shards (a model axis across hosts) get the same
+  group and read the same input shard, so they feed identical rows.
   """
   shard_id: int
   num_shards: int
 
 
 def data_layout(mesh: Mesh) -> DataLayout:
-  """This host's `DataLayout` under `batch_sharding(mesh)`.
+  """This host's `DataLayout` under `batch_sharding(mesh)`: data shard i is held by the devices
+  `mesh.devices[i, :]` (read from the mesh alone, so it works for any device objects).
 
   Raises:
-    ValueError: if hosts hold overlapping, uneven or non-consecutive blocks of rows (a mesh whose
-      data axis interleaves hosts); `make_mesh` never builds one.
+    ValueError: if hosts hold overlapping (but not equal) or uneven groups of data shards.
   """
-  rows = mesh.shape[DATA_AXIS]  # One row per data shard: every batch splits like this.
   held = collections.defaultdict(set)
-  for device, index in batch_sharding(mesh).devices_indices_map((rows,)).items():
-    held[device.process_index].update(range(*index[0].indices(rows)))
-  blocks = sorted({tuple(sorted(r)) for r in held.values()})
-  consecutive = all(b == tuple(range(b[0], b[0] + len(b))) for b in blocks)
-  if not consecutive or sum(map(len, blocks)) != rows or len({len(b) for b in blocks}) != 1:
-    raise ValueError(f"The hosts of mesh {dict(mesh.shape)} hold the data shards {blocks}: "
-                     "each host must hold a block of consecutive data shards, equal in size and "
-                     "either disjoint from or equal to every other host's.")
-  return DataLayout(shard_id=blocks.index(tuple(sorted(held[jax.process_index()]))),
-                    num_shards=len(blocks))
+  for shard, devices in enumerate(mesh.devices.reshape(mesh.shape[DATA_AXIS], -1)):
+    for device in devices:
+      held[device.process_index].add(shard)
+  groups = sorted({tuple(sorted(shards)) for shards in held.values()})
+  if sum(map(len, groups)) != mesh.shape[DATA_AXIS] or len({len(g) for g in groups}) != 1:
+    raise ValueError(f"The hosts of mesh {dict(mesh.shape)} hold the data shards {groups}: "
+                     "each host must hold a group of data shards, equal in size and either "
+                     "disjoint from or equal to every other host's.")
+  return DataLayout(shard_id=groups.index(tuple(sorted(held[jax.process_index()]))),
+                    num_shards=len(groups))
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh,

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs xtr-train on GPU nodes under SLURM, one process per node (all of its GPUs):
+#
+#   sbatch --nodes=4 --gpus-per-node=8 --ntasks-per-node=1 launch/gpu_nodes.sh \
+#     --gin_file=gin/runs/xtr_msmarco.gin --gin_bindings="MODEL_DIR='/shared/runs/xtr_base'" \
+#     --gin_bindings="TRIPLES_PATH='/shared/msmarco/triples.train.small-*.tsv'"
+#
+# The repository and its .venv (`make setup-gpu`) must be on a file system every node reads.
+# `--multihost` calls jax.distributed.initialize(), which reads the coordinator, the number of
+# processes and this process's index from SLURM. The mesh takes the devices process by process:
+# a model axis of up to 8 (partitioning.make_mesh.num_partitions) stays inside a node (NVLink),
+# and each node feeds the consecutive rows of every batch that its GPUs hold. A model axis across
+# nodes: num_partitions = 16 with dcn_mesh_shape = (NODES / 2, 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+srun --ntasks-per-node=1 .venv/bin/xtr-train --multihost "$@"
