@@ -98,14 +98,15 @@ def test_micro_batched_step_equals_whole_batch_step(scoring, mesh):
                     _one_step(mesh, scoring, batch))
 
 
-def _xtr_train(model_dir, *bindings, wait=True):
+def _xtr_train(model_dir, *bindings, wait=True, output=subprocess.DEVNULL):
+  """Runs xtr-train on gin/runs/smoke.gin; without `wait`, the process (its stdout: `output`)."""
   command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke.gin",
              f"--gin_bindings=MODEL_DIR='{model_dir}'", *[f"--gin_bindings={b}" for b in bindings]]
   env = {**os.environ, "XLA_FLAGS": ""}
   if wait:
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=True)
-  return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+  return subprocess.Popen(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
+                          text=True)
 
 
 def _train_smoke_in_process(*bindings: str) -> trainer.TrainState:
@@ -153,6 +154,48 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
   _xtr_train(reference, every, keep, f"trainer.train.num_steps = {target}")
   jax.tree.map(np.testing.assert_array_equal,
                _final_params(killed, target), _final_params(reference, target))
+
+
+def test_sigterm_saves_the_step_reached_and_resumes_exactly(tmp_path):
+  """A preemption notice (SIGTERM) mid-run: the trainer saves the step it reached, exits 0, and
+  the resumed run ends with the parameters of an uninterrupted one."""
+  bindings = ("checkpoints.Checkpointer.save_every_steps = 1000",
+              "trainer.train.log_every_steps = 1")
+  stopped = tmp_path / "stopped"
+  process = _xtr_train(stopped, *bindings, "trainer.train.num_steps = 100000", wait=False,
+                       output=subprocess.PIPE)
+  try:
+    lines = []
+    for line in process.stdout:  # SIGTERM once training is under way.
+      lines.append(line)
+      if line.startswith("step 3/"):
+        process.send_signal(signal.SIGTERM)
+        break
+    output = "".join(lines) + process.communicate(timeout=300)[0]
+  finally:
+    process.kill()
+    process.wait()
+  assert process.returncode == 0, output[-3000:]
+  stopped_at = int(re.search(r"Preempted \(SIGTERM\) after step (\d+): saved it", output)[1])
+  assert _steps(stopped) == [stopped_at] and stopped_at >= 3
+  target = stopped_at + 2
+  resumed = _xtr_train(stopped, *bindings, f"trainer.train.num_steps = {target}")
+  assert f"Resumed from {stopped} at step {stopped_at}." in resumed.stdout
+  reference = tmp_path / "reference"
+  _xtr_train(reference, *bindings, f"trainer.train.num_steps = {target}")
+  jax.tree.map(np.testing.assert_array_equal,
+               _final_params(stopped, target), _final_params(reference, target))
+
+
+def test_checkpoints_are_saved_once_minutes_have_passed(tmp_path):
+  """save_every_minutes: a save at the first logging step past the interval, not only every
+  save_every_steps steps."""
+  _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'", "trainer.train.num_steps = 6",
+                          "trainer.train.log_every_steps = 2",
+                          "checkpoints.Checkpointer.save_every_steps = 1000",
+                          "checkpoints.Checkpointer.save_every_minutes = 1e-9",
+                          "checkpoints.Checkpointer.keep = 100")
+  assert _steps(tmp_path) == [1, 2, 4, 6]
 
 
 def test_smoke_run_lowers_the_loss(tmp_path):

@@ -4,16 +4,25 @@ A step directory holds two items: `state` (step, params, optimizer state; sharde
 `dataset` (each host's `tf.data` iterator, written with `tf.train.Checkpoint`), so a killed run
 resumes exactly: same parameters, same optimizer state, same next batch. Orbax writes each step
 to a temporary directory and renames it when complete, so a kill never leaves a half-written
-checkpoint behind.
+checkpoint behind. Saves are asynchronous by default: the step's arrays are copied to the host,
+then written while training goes on.
+
+Preemption: a TPU VM gets SIGTERM about 30 s before it is taken away. `PreemptionNotice` turns
+it into a flag that the train loop polls at step boundaries: it saves that step, waits for the
+save and exits 0, so a preempted run loses only the step in flight.
 """
 import dataclasses
+import signal
+import time
 from typing import Any
 
 import gin
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 import tensorflow as tf
 from etils import epath
+from jax.experimental import multihost_utils
 
 from xtr import typecheck
 
@@ -49,24 +58,44 @@ class DatasetIteratorRestore(ocp.args.CheckpointArgs):
 
 @gin.configurable
 class Checkpointer:
-  """Saves every `save_every_steps` steps (and at the end), keeping the last `keep` steps."""
+  """Saves every `save_every_steps` steps, at logging steps once `save_every_minutes` have passed
+  since the last save, and at the end; keeps the last `keep` steps."""
 
-  def __init__(self, model_dir: str, save_every_steps: int = 1000, keep: int = 3,
-               async_save: bool = False):
+  def __init__(self, model_dir: str, save_every_steps: int = 1000,
+               save_every_minutes: float = 10.0, keep: int = 3, async_save: bool = True):
     typecheck.arguments(Checkpointer.__init__, locals())
+    if save_every_steps < 1 or save_every_minutes <= 0 or keep < 1:
+      raise ValueError(f"checkpoints.Checkpointer: save_every_steps={save_every_steps} and "
+                       f"keep={keep} must be positive, save_every_minutes={save_every_minutes} "
+                       "too.")
     directory = epath.Path(model_dir) / "checkpoints"
     options = ocp.CheckpointManagerOptions(max_to_keep=keep,
                                            enable_async_checkpointing=async_save)
     self.save_every_steps = save_every_steps
+    self.save_every_seconds = 60 * save_every_minutes
+    self._last_save = time.monotonic()
     self.manager = ocp.CheckpointManager(
         directory if directory.is_absolute() else directory.absolute(), options=options,
         item_names=("state", "dataset"))
 
-  def maybe_save(self, step: int, state: Any, iterator: Any, force: bool = False) -> None:
-    """Saves `state` and the dataset `iterator` at `step` if it is due (or `force`)."""
-    if force or step % self.save_every_steps == 0:
+  def maybe_save(self, step: int, state: Any, iterator: Any, force: bool = False,
+                 check_time: bool = False) -> None:
+    """Saves `state` and the dataset `iterator` at `step` if it is due (or `force`).
+
+    Args:
+      check_time: also save if `save_every_minutes` have passed (every host agrees: process 0's
+        clock decides, through a collective, so pass it only at steps that sync anyway).
+    """
+    if force or step % self.save_every_steps == 0 or (check_time and self._time_due()):
       self.manager.save(step, force=True, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), dataset=DatasetIteratorSave(iterator)))
+      self._last_save = time.monotonic()
+
+  def _time_due(self) -> bool:
+    due = time.monotonic() - self._last_save >= self.save_every_seconds
+    if jax.process_count() > 1:
+      due = bool(multihost_utils.broadcast_one_to_all(np.int32(due)))
+    return due
 
   def latest_step(self) -> int | None:
     """The step of the latest saved checkpoint (None if there is none)."""
@@ -89,6 +118,43 @@ class Checkpointer:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+class PreemptionNotice:
+  """SIGTERM as a flag polled at step boundaries (`reached`), while in a `with` block.
+
+  With one process, this process's SIGTERM handler sets it. With several, JAX's preemption
+  service (started by `jax.distributed.initialize`, which catches SIGTERM itself) picks one step
+  at which every process stops, so that all of them save the same step.
+  """
+
+  def __init__(self):
+    self._received = False
+    self._previous = None
+    if jax.process_count() == 1:
+      self._previous = signal.signal(signal.SIGTERM, self._receive)
+
+  def _receive(self, signum, frame) -> None:
+    del signum, frame
+    self._received = True
+
+  def reached(self, step: int) -> bool:
+    """Whether to stop after `step`: a preemption notice has arrived."""
+    if jax.process_count() == 1:
+      return self._received
+    try:
+      return multihost_utils.reached_preemption_sync_point(step)
+    except RuntimeError:  # The preemption service is off (jax_enable_preemption_service).
+      return False
+
+  def __enter__(self) -> "PreemptionNotice":
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    """Gives SIGTERM back to the handler it had before."""
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
 
 INITIAL_PARAMS = "initial"  # model_dir/initial: the parameters a run started from (WiSE-FT's θ_0)
 

@@ -269,7 +269,8 @@ def train(model_dir: str = gin.REQUIRED,
                 _pretrained(model, pretrained_backbone, projection_init, first_batches))
   # The distillation teacher: the untuned backbone, loaded again by a resumed run.
   teacher = (pretrained.get("backbone") or pretrained_backbone()) if distillation else None
-  with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
+  with (jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES),
+        checkpoints.PreemptionNotice() as preemption):
     state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
     restored = checkpointer.restore_latest(abstract_state(model, optimizer, mesh), iterator)
     if restored is not None:
@@ -284,8 +285,8 @@ def train(model_dir: str = gin.REQUIRED,
       checkpoints.save_params(initial_dir, state.params)
     if num_steps == 0 and restored is None:  # The initial (e.g. pretrained) model, to export.
       checkpointer.maybe_save(0, state, iterator, force=True)
-    state = _loop(state, train_step, iterator, mesh, layout, checkpointer, model_dir, num_steps,
-                  log_every_steps)
+    state = _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, model_dir,
+                  num_steps, log_every_steps)
   checkpointer.close()
   return state
 
@@ -326,19 +327,27 @@ def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
   return pretrained
 
 
-def _loop(state, train_step, iterator, mesh, layout, checkpointer, model_dir, num_steps,
-          log_every_steps):
-  """Runs steps until `num_steps`, logging and checkpointing; returns the final state."""
+def _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, model_dir,
+          num_steps, log_every_steps):
+  """Runs steps until `num_steps` or a preemption notice, logging and checkpointing; returns the
+  final state."""
   writer = metric_writers.SummaryWriter(model_dir) if jax.process_index() == 0 else None
   start_step = int(state.step)
   start_time = time.time()
   for step in range(start_step + 1, num_steps + 1):
     batch = partitioning.global_batch(jax.tree.map(np.asarray, next(iterator)), mesh, layout)
     state, metrics = train_step(state, batch)
-    if step % log_every_steps == 0 or step in (start_step + 1, num_steps):
+    logged = step % log_every_steps == 0 or step in (start_step + 1, num_steps)
+    if logged:
       metrics = jax.tree.map(float, jax.device_get(metrics))
       _report(step, num_steps, start_step, start_time, metrics, writer)
-    checkpointer.maybe_save(step, state, iterator, force=step == num_steps)
+    preempted = preemption.reached(step)
+    checkpointer.maybe_save(step, state, iterator, force=step == num_steps or preempted,
+                            check_time=logged)
+    if preempted:
+      print(f"Preempted (SIGTERM) after step {step}: saved it; rerun the same command to "
+            "resume.", flush=True)
+      break
   if writer is not None:
     writer.flush()
   return state
