@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.test_index import REPO, _export, _files, _ids, _integer_docs, _new_writer, _write_chunks
+from xtr import fileio
 from xtr.index import files
 from xtr.index import reader
 from xtr.index import verify
@@ -118,8 +119,8 @@ def test_damage_is_caught_before_a_ranking_naming_the_file(tmp_path, damaged, da
                      match=rf"{path / damaged} is damaged: .*Repair: rerun the xtr-export"):
     reader.open_index(str(path)).search(QUERIES, 5, searcher)
   # --repair redoes what is damaged, and the index ranks as before.
-  print(index_writer.prepare_repair(str(path)))
-  writer = _new_writer(path, 40, docs_per_chunk=8)
+  writer = _new_writer(path, 40, docs_per_chunk=8, repair=True)
+  print(writer.repair_report)
   _write_chunks(writer, _ids(40), _integer_docs(40), 8)
   writer.finalize()
   for got, want in zip(reader.open_index(str(path)).search(QUERIES, 5, searcher), expected):
@@ -130,8 +131,8 @@ def test_repair_reencodes_from_the_first_damaged_chunk_only(tmp_path):
   reference = _index(tmp_path / "reference")
   path = _index(tmp_path / "index")
   _flip_byte(path / "chunks/vectors-00003.npy")
-  assert "re-encoding from chunk 3 of 5" in index_writer.prepare_repair(str(path))
-  writer = _new_writer(path, 40, docs_per_chunk=8)
+  writer = _new_writer(path, 40, docs_per_chunk=8, repair=True)
+  assert "re-encoding from chunk 3 of 5" in writer.repair_report
   assert writer.completed_chunks() == 3
   _write_chunks(writer, _ids(40), _integer_docs(40), 8)
   writer.finalize()
@@ -140,8 +141,8 @@ def test_repair_reencodes_from_the_first_damaged_chunk_only(tmp_path):
 
 def _count_hashes(monkeypatch) -> list[str]:
   hashed = []
-  real = files.sha256
-  monkeypatch.setattr(files, "sha256", lambda p: hashed.append(os.path.basename(p)) or real(p))
+  real = files.record
+  monkeypatch.setattr(files, "record", lambda p: hashed.append(os.path.basename(p)) or real(p))
   return hashed
 
 
@@ -212,13 +213,13 @@ def test_a_second_export_is_refused_and_a_killed_one_leaves_no_stuck_lock(tmp_pa
                             stdout=subprocess.PIPE, text=True)
   try:
     assert holder.stdout.readline().strip() == "locked"
-    with pytest.raises(RuntimeError, match=rf"being written by another export \(process "
-                       rf"{holder.pid} on .*\); wait for it"):
+    with pytest.raises(fileio.LockedError, match=rf"being written by another export \(export "
+                       rf"by process {holder.pid} on .*\); wait for it"):
       _new_writer(tmp_path, 4)
   finally:
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-  assert (tmp_path / index_writer.LOCK).exists()  # left behind by the killed export ...
+  assert (tmp_path / files.LOCK).exists()  # left behind by the killed export ...
   _new_writer(tmp_path, 4)  # ... but not held: the next export proceeds.
 
 
