@@ -1,5 +1,7 @@
 """An index is untrusted input: hostile files never run, damage is caught before a ranking,
 provenance is checked, and two exports never write one directory."""
+import errno
+import hashlib
 import json
 import os
 import pathlib
@@ -13,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests import test_index
 from tests.test_index import REPO, _export, _files, _ids, _integer_docs, _new_writer, _write_chunks
 from xtr import fileio
 from xtr.index import files
@@ -229,3 +232,205 @@ def test_the_package_never_unpickles_or_evaluates():
   for path in sorted((REPO / "xtr").rglob("*.py")) + sorted((REPO / "tasks").rglob("*.py")):
     found = forbidden.search(path.read_text())
     assert found is None, f"{path} uses {found and found.group()}"
+
+
+def _sha256s(root) -> dict[str, str]:
+  """sha256 of every file under `root` (symlinks as their target path): the index's state."""
+  root = pathlib.Path(root)
+  return {str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else
+          hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+          if p.is_symlink() or p.is_file()}
+
+
+def _killed_export(path, num_docs=40, docs_per_chunk=8, chunks=2) -> pathlib.Path:
+  """An export of `_index`'s settings killed after `chunks` chunks (its lock dropped)."""
+  writer = _new_writer(path, num_docs, docs_per_chunk=docs_per_chunk)
+  for chunk in range(chunks):
+    part = slice(chunk * docs_per_chunk, (chunk + 1) * docs_per_chunk)
+    writer.write_chunk(chunk, _ids(num_docs)[part], _integer_docs(num_docs)[part])
+  del writer
+  return path
+
+
+def _resume(path, num_docs=40, docs_per_chunk=8) -> None:
+  writer = _new_writer(path, num_docs, docs_per_chunk=docs_per_chunk)
+  _write_chunks(writer, _ids(num_docs), _integer_docs(num_docs), docs_per_chunk)
+  writer.finalize()
+
+
+@pytest.mark.parametrize("planted", [files.LOCK, "doc_ids.jsonl.tmp", "doc_offsets.npy.tmp",
+                                     "writer.json", "chunks/vectors-00002.npy.tmp",
+                                     "chunks/chunk-00002.json", "scann.tmp"])
+def test_a_resumed_export_never_writes_through_a_planted_symlink(tmp_path, planted):
+  path = _killed_export(tmp_path / "index")
+  outside = tmp_path / "outside"
+  outside.write_bytes(b"the user's file")
+  (path / planted).unlink(missing_ok=True)
+  os.symlink(outside, path / planted)
+  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / planted} is a symbolic link, not a "
+                     "file that xtr wrote: .* remove it and rerun"):
+    _resume(path)
+  assert outside.read_bytes() == b"the user's file"
+  (path / planted).unlink()
+  _resume(path)  # Once the link is gone, the export completes ...
+  assert _files(path) == _files(_index(tmp_path / "reference"))  # ... as if never attacked.
+
+
+@pytest.mark.parametrize("planted", ["fifo", "hard link", "chunks symlink"])
+def test_a_fifo_hard_link_or_linked_directory_in_an_index_is_refused(tmp_path, planted):
+  path = _killed_export(tmp_path / "index")
+  outside = tmp_path / "outside"
+  outside.mkdir()
+  (outside / "file").write_bytes(b"the user's file")
+  if planted == "fifo":  # Read, it would hang the export.
+    (path / files.WRITER).unlink()
+    os.mkfifo(path / files.WRITER)
+    problem = rf"{path / files.WRITER} is a FIFO"
+  elif planted == "hard link":  # Truncated, it would truncate the user's file.
+    (path / files.LOCK).unlink()
+    os.link(outside / "file", path / files.LOCK)
+    problem = rf"{path / files.LOCK} is a hard link to another file"
+  else:
+    shutil.rmtree(path / "chunks")
+    os.symlink(outside, path / "chunks")
+    problem = rf"{path / 'chunks'} is a symbolic link"
+  with pytest.raises(fileio.UnsafeFileError, match=problem):
+    _resume(path)
+  assert sorted(p.name for p in outside.iterdir()) == ["file"]
+  assert (outside / "file").read_bytes() == b"the user's file"
+
+
+@pytest.mark.parametrize("listed", ["chunks/vectors-00001.npy", "doc_ids.jsonl",
+                                    "scann/hashed_dataset.npy"])
+@pytest.mark.parametrize("kind", ["symlink to an identical copy", "fifo"])
+def test_a_listed_file_replaced_by_a_symlink_or_fifo_is_refused_at_open(tmp_path, listed, kind):
+  path = _index(tmp_path / "index")
+  copy = tmp_path / "copy"
+  shutil.copyfile(path / listed, copy)
+  (path / listed).unlink()
+  if kind == "fifo":
+    os.mkfifo(path / listed)  # Read, it would hang the search.
+  else:
+    os.symlink(copy, path / listed)  # Same bytes: only the link gives it away.
+  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / listed} is a "
+                     rf"{'FIFO' if kind == 'fifo' else 'symbolic link'}, not a file that xtr"):
+    reader.open_index(str(path))
+
+
+def test_a_linked_directory_or_verification_record_is_never_followed(tmp_path, monkeypatch,
+                                                                     capsys):
+  monkeypatch.setattr(verify, "SMALL_FILE", 1000)  # The chunks count as large: recorded.
+  path = _index(tmp_path / "index")
+  outside = tmp_path / "outside.json"
+  outside.write_text('{"the user": "file"}')
+  os.symlink(outside, path / verify.RECORD)
+  expected = reader.open_index(str(path)).search(QUERIES, 5, "bruteforce")
+  assert outside.read_text() == '{"the user": "file"}'
+  assert (path / verify.RECORD).is_symlink()
+  assert f"cannot record verified files ({path / verify.RECORD} is a symbolic link" in (
+      capsys.readouterr().err)
+  assert not [p for p in path.iterdir() if p.name.endswith(".tmp")]
+  shutil.move(path / "scann", tmp_path / "scann")  # ScaNN's files, moved out and linked back:
+  os.symlink(tmp_path / "scann", path / "scann")
+  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / 'scann'}/.* passes through a "
+                     "symbolic link"):
+    reader.open_index(str(path))
+  del expected
+
+
+def _forge(path, relative, array) -> None:
+  """Replaces a listed .npy file and its manifest record: only the content's checks remain."""
+  np.save(path / relative, array)
+  _edit_manifest(path, lambda m: m["files"].update({relative: files.record(str(path / relative))}))
+
+
+@pytest.mark.parametrize("problem, forge", [
+    ("does not start at 0 and increase", lambda o: o.__setitem__(slice(1, 3), o[2:0:-1])),
+    (r"ends at 99999999999, not at num_tokens = \d+", lambda o: o.__setitem__(-1, 99999999999)),
+    ("disagrees with the token counts of the chunks", lambda o: o.__setitem__(8, o[8] + 1)),
+])
+def test_forged_doc_offsets_are_refused_before_anything_is_allocated(tmp_path, monkeypatch,
+                                                                    problem, forge):
+  path = _index(tmp_path / "index")
+  offsets = np.load(path / files.DOC_OFFSETS)
+  forge(offsets)
+  _forge(path, files.DOC_OFFSETS, offsets)
+  monkeypatch.setattr(np, "repeat", None)  # `locate`'s [T] table: never reached.
+  with pytest.raises(files.DamagedIndexError, match=rf"doc_offsets.npy {problem}: the token "
+                     "index is damaged"):
+    reader.open_index(str(path))
+
+
+def test_forged_counts_in_the_manifest_are_refused_before_reading_the_files(tmp_path):
+  path = _index(tmp_path / "index")
+  _edit_manifest(path, lambda m: m.update(num_tokens=10**11))
+  with pytest.raises(files.DamagedIndexError, match=r"doc_offsets.npy ends at \d+, not at "
+                     r"num_tokens = 100000000000"):
+    reader.open_index(str(path))
+  _edit_manifest(path, lambda m: m.update(num_docs=10**11))
+  with pytest.raises(files.DamagedIndexError, match=r"5 chunks of docs_per_chunk = 8 cannot hold "
+                     "num_docs = 100000000000"):
+    reader.open_index(str(path))
+
+
+def test_a_write_on_a_full_disk_names_the_file_and_loses_nothing(tmp_path, monkeypatch):
+  path = _killed_export(tmp_path / "index")
+  before = _sha256s(path)
+
+  def full(*_, **__):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  with monkeypatch.context() as patch:
+    patch.setattr(np.lib.format, "write_array", full)
+    with pytest.raises(OSError, match=rf"cannot write {path / 'chunks/vectors-00002.npy'}: No "
+                       r"space left on device; free space \(or write elsewhere\) and rerun"):
+      _resume(path)
+  assert _sha256s(path) == before  # no temporary left, nothing overwritten
+  _resume(path)
+  assert _files(path) == _files(_index(tmp_path / "reference"))
+
+
+def test_a_refused_export_or_repair_leaves_the_index_byte_identical(tmp_path):
+  path = _index(tmp_path / "index")
+  before = _sha256s(path)
+  for settings, changed in (({"fingerprint": "another-checkpoint"}, "fingerprint"),
+                            ({"num_docs": 39}, "corpus"), ({"dim": 16}, "dim")):
+    for repair in (False, True):
+      args = {"num_docs": 40, "docs_per_chunk": None, "repair": repair, **settings}
+      with pytest.raises(ValueError, match=rf"manifest.json: this index was exported with other "
+                         rf"settings \({changed} differ: .*nothing was changed"):
+        _new_writer(path, args.pop("num_docs"), **args)
+      assert _sha256s(path) == before
+  reader.open_index(str(path), "full").search(QUERIES, 5, "scann")
+  with pytest.raises(index_writer.IndexComplete, match="nothing to do"):
+    _new_writer(path, 40, docs_per_chunk=None)
+  assert _sha256s(path) == before
+
+
+def test_a_repair_keeps_the_recorded_chunking_and_gin_text(tmp_path):
+  path = _index(tmp_path / "index")  # docs_per_chunk 8, gin text ""
+  before = _sha256s(path)
+  writer = index_writer.IndexWriter(
+      str(path), 32, "float32", test_index.MODEL, test_index.FINGERPRINT, None,
+      test_index._corpus(40), gin_config="another config = 'text'", repair=True)
+  assert "every file verifies" in writer.repair_report
+  assert writer.settings["docs_per_chunk"] == 8
+  writer.finalize()
+  assert _sha256s(path) == before
+
+
+def test_a_search_during_a_repair_and_a_second_repair_are_told_and_change_nothing(tmp_path):
+  path = _index(tmp_path / "index")
+  before = _sha256s(path)
+  with fileio.Lock(str(path / files.LOCK), "repair", str):  # A repair holding the index ...
+    with pytest.raises(fileio.LockedError, match=r"being written by another export \(repair by "
+                       rf"process {os.getpid()} on "):
+      _new_writer(path, 40, docs_per_chunk=None, repair=True)  # ... refuses a second one
+    (path / files.MANIFEST).rename(tmp_path / files.MANIFEST)  # ... which has begun:
+    with pytest.raises(ValueError, match=rf"the token index at {path} is being repaired \(repair "
+                       r"by process .*\): search again when the repair has finished"):
+      reader.open_index(str(path))
+  with pytest.raises(ValueError, match="incomplete token index .* rerun the interrupted"):
+    reader.open_index(str(path))  # The repair died.
+  (tmp_path / files.MANIFEST).rename(path / files.MANIFEST)
+  assert _sha256s(path) == before

@@ -93,10 +93,13 @@ def inside(root: str, relative: str) -> str:
   parts = relative.split("/")
   if os.path.isabs(relative) or "://" in relative or any(p in ("", ".", "..") for p in parts):
     raise UnsafeFileError(f"{relative!r} (recorded in {root}) is not a relative path inside it.")
-  path = os.path.join(root, *parts)
-  if os.path.realpath(path) != os.path.join(os.path.realpath(root), *parts):
-    raise UnsafeFileError(f"{path} passes through a symbolic link: xtr never follows links "
-                          "inside a directory it owns; remove it and rerun.")
+  parent = os.path.join(root, *parts[:-1])
+  if os.path.realpath(parent) != os.path.join(os.path.realpath(root), *parts[:-1]):
+    raise UnsafeFileError(f"{os.path.join(root, relative)} passes through a symbolic link: xtr "
+                          "never follows links inside a directory it owns; remove it and rerun.")
+  path = os.path.join(parent, parts[-1])
+  if os.path.islink(path):
+    raise _unsafe(path, stat.S_IFLNK)
   return path
 
 

@@ -88,7 +88,7 @@ class Verifier:
       self._write_records(records)
 
   def _read_records(self) -> dict[str, Any]:
-    path = self._path(RECORD)
+    path = os.path.join(self.index_dir, RECORD)
     try:
       records = files.read_json(path)
     except (OSError, files.DamagedIndexError):
@@ -96,7 +96,7 @@ class Verifier:
     return records if isinstance(records, dict) else {}
 
   def _write_records(self, records: dict[str, Any]) -> None:
-    path = self._path(RECORD)
+    path = os.path.join(self.index_dir, RECORD)
     try:  # A fresh temporary of its own: concurrent readers may record at once.
       files.write_json(path, records, unique=True)
     except OSError as e:

@@ -153,7 +153,7 @@ class IndexWriter:
     """Refuses settings that differ from the recorded ones; adopts those (so that a resumed
     export writes what the interrupted one would have); prepares a repair. Returns the repair
     report (None: nothing to repair)."""
-    for name, recorded in ((files.WRITER, previous), (files.MANIFEST, manifest)):
+    for name, recorded in ((files.MANIFEST, manifest), (files.WRITER, previous)):
       changed = [] if recorded is None else _changed_settings(recorded, self.settings)
       if changed:
         raise ValueError(
