@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from tests import test_index
+from tests.retrieval_setup import run_tool
 from tests.test_index import REPO, _export, _files, _ids, _integer_docs, _new_writer, _write_chunks
 from xtr import fileio
+from xtr import searcher
 from xtr.index import files
 from xtr.index import reader
 from xtr.index import verify
@@ -434,3 +436,79 @@ def test_a_search_during_a_repair_and_a_second_repair_are_told_and_change_nothin
     reader.open_index(str(path))  # The repair died.
   (tmp_path / files.MANIFEST).rename(path / files.MANIFEST)
   assert _sha256s(path) == before
+
+
+def _export_cli(exported, index_dir, *flags):
+  """xtr-export with the flags that built the `exported` fixture (conftest.py), then `flags`
+  (a later --checkpoint or --corpus wins)."""
+  manifest = json.loads((exported[1] / files.MANIFEST).read_text())
+  return run_tool("xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+                  f"--gin_bindings=T5_SPM_PATH = '{exported[1] / 'vocabulary/spiece.model'}'",
+                  "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64",
+                  f"--checkpoint={exported[0]}", f"--corpus={manifest['corpus']['path']}",
+                  f"--out={index_dir}", *flags)
+
+
+def test_export_into_a_complete_index_with_another_corpus_or_checkpoint_is_refused(
+    exported, tmp_path):
+  index_dir = tmp_path / "index"
+  shutil.copytree(exported[1], index_dir)
+  before = _sha256s(index_dir)
+  corpus = tmp_path / "corpus.jsonl"
+  corpus.write_text('{"_id": "d", "title": "", "text": "another corpus"}\n')
+  for flags, changed in (([f"--checkpoint={exported[0].parent / 'other_model'}"], "fingerprint"),
+                         ([f"--corpus={corpus}"], "corpus"),
+                         ([f"--checkpoint={exported[0].parent / 'other_model'}", "--repair"],
+                          "fingerprint")):
+    process = _export_cli(exported, index_dir, *flags)
+    assert process.returncode != 0
+    assert re.search(rf"manifest.json: this index was exported with other settings \(.*{changed}"
+                     r".* differ: .*nothing was changed", process.stderr), process.stderr[-2000:]
+    assert _sha256s(index_dir) == before  # the manifest included: still searchable
+  reader.open_index(str(index_dir), "full")
+
+
+def test_repair_with_the_indexs_checkpoint_and_corpus_keeps_its_chunking(exported, tmp_path):
+  """The fixture's index has 40 docs per chunk; the repair is run without --docs_per_chunk and
+  with another gin text (an extra binding): it repairs to the same index."""
+  index_dir = tmp_path / "index"
+  shutil.copytree(exported[1], index_dir)
+  before = _sha256s(index_dir)
+  _flip_byte(index_dir / "chunks/vectors-00002.npy")
+  process = _export_cli(exported, index_dir, "--repair",
+                        "--gin_bindings=xtr.encoding.Encoder.batch_size = 7")
+  assert process.returncode == 0, process.stderr[-2000:]
+  assert "re-encoding from chunk 2 of 4" in process.stdout
+  assert _sha256s(index_dir) == before
+
+
+@pytest.mark.parametrize("recorded", ["/dev/zero", "gs://bucket/spiece.model", "../spiece.model",
+                                      "OUTSIDE"])
+def test_a_vocabulary_path_outside_the_index_is_used_only_from_the_users_flag(
+    exported, tmp_path, t5_spm_path, recorded):
+  index_dir = tmp_path / "index"
+  shutil.copytree(exported[1], index_dir)
+  recorded = str(t5_spm_path) if recorded == "OUTSIDE" else recorded
+  _edit_manifest(index_dir, lambda m: m["model"]["vocabulary"].update(path=recorded))
+  with pytest.raises(ValueError, match=rf"records the vocabulary '{re.escape(recorded)}', which is "
+                     r"not a file of the index .* search it with --vocabulary=PATH"):
+    searcher.open_for_search(str(index_dir), str(exported[0]))
+  encoder, _ = searcher.open_for_search(str(index_dir), str(exported[0]),
+                                        vocabulary=str(t5_spm_path))
+  assert encoder.tokenizer.path == str(t5_spm_path)
+
+
+def test_an_export_keeps_its_vocabulary_and_searches_from_any_directory(
+    exported, tmp_path, t5_spm_path, monkeypatch):
+  manifest = json.loads((exported[1] / files.MANIFEST).read_text())
+  assert manifest["model"]["vocabulary"]["path"] == "vocabulary/spiece.model"
+  assert manifest["files"]["vocabulary/spiece.model"] == files.record(str(t5_spm_path))
+  monkeypatch.chdir(tmp_path)
+  encoder, _ = searcher.open_for_search(str(exported[1]), str(exported[0]))
+  assert encoder.tokenizer.path == str(exported[1] / "vocabulary/spiece.model")
+  index_dir = tmp_path / "index"  # The copy replaced by a link to /dev/zero: refused at open.
+  shutil.copytree(exported[1], index_dir)
+  (index_dir / "vocabulary/spiece.model").unlink()
+  os.symlink("/dev/zero", index_dir / "vocabulary/spiece.model")
+  with pytest.raises(fileio.UnsafeFileError, match="spiece.model is a symbolic link"):
+    searcher.open_for_search(str(index_dir), str(exported[0]))
