@@ -326,7 +326,7 @@ def test_a_linked_directory_or_verification_record_is_never_followed(tmp_path, m
   outside = tmp_path / "outside.json"
   outside.write_text('{"the user": "file"}')
   os.symlink(outside, path / verify.RECORD)
-  expected = reader.open_index(str(path)).search(QUERIES, 5, "bruteforce")
+  reader.open_index(str(path)).search(QUERIES, 5, "bruteforce")
   assert outside.read_text() == '{"the user": "file"}'
   assert (path / verify.RECORD).is_symlink()
   assert f"cannot record verified files ({path / verify.RECORD} is a symbolic link" in (
@@ -337,7 +337,6 @@ def test_a_linked_directory_or_verification_record_is_never_followed(tmp_path, m
   with pytest.raises(fileio.UnsafeFileError, match=rf"{path / 'scann'}/.* passes through a "
                      "symbolic link"):
     reader.open_index(str(path))
-  del expected
 
 
 def _forge(path, relative, array) -> None:

@@ -141,7 +141,8 @@ def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     if found_shape != shape or found_dtype != np.dtype(dtype) or fortran_order:
       raise DamagedIndexError(f"{path} holds {found_dtype}{list(found_shape)}, expected "
                               f"{dtype}{list(shape)}: the token index is damaged.")
-    size, expected = os.fstat(f.fileno()).st_size, f.tell() + math.prod(shape) * found_dtype.itemsize
+    size = os.fstat(f.fileno()).st_size
+    expected = f.tell() + math.prod(shape) * found_dtype.itemsize
     if size != expected:
       raise DamagedIndexError(f"{path} is {size} bytes, its header says {expected}: the token "
                               "index is damaged.")

@@ -110,11 +110,11 @@ class IndexWriter:
                        "(0, 1]")
     self.out_dir = out_dir
     os.makedirs(out_dir, exist_ok=True)
+    lock = os.path.join(out_dir, files.LOCK)
     self._lock = fileio.Lock(
-        os.path.join(out_dir, files.LOCK), "repair" if repair else "export",
-        lambda holder: f"{out_dir} is being written by another export ({holder}, holding "
-                       f"{os.path.join(out_dir, files.LOCK)}); wait for it to finish or use another "
-                       "--out.")
+        lock, "repair" if repair else "export",
+        lambda holder: f"{out_dir} is being written by another export ({holder}, holding {lock}); "
+                       "wait for it to finish or use another --out.")
     try:
       fileio.make_dir(os.path.join(out_dir, "chunks"))
       previous = self._recorded(files.WRITER)
