@@ -92,7 +92,7 @@ def test_stored_gin_config_is_never_run(exported, tmp_path):
   token_index = reader.open_index(str(exported[1]))
   spec = token_index.manifest["model"] | {"backbone": "os.system"}
   with pytest.raises(ValueError, match=r"model.backbone must be one of \['bert', 't5'\]"):
-    model_spec.encoder(spec, "manifest", None, "ckpt")
+    model_spec.encoder(spec, "manifest", None, "ckpt", token_index.vocabulary_file())
 
 
 def test_a_checkpoint_of_another_token_dim_is_named(exported, tmp_path, t5_spm_path):
@@ -101,7 +101,8 @@ def test_a_checkpoint_of_another_token_dim_is_named(exported, tmp_path, t5_spm_p
   with pytest.raises(ValueError, match=r"does not fit the model of the index \(manifest\): token "
                      r"dim 128 \(index\) vs 64 \(checkpoint\)"):
     model_spec.encoder(token_index.manifest["model"], "manifest",
-                       encoding.load_params(str(tmp_path / "model64")), "model64")
+                       encoding.load_params(str(tmp_path / "model64")), "model64",
+                       token_index.vocabulary_file())
 
 
 def test_eval_warns_when_the_corpus_is_not_the_indexed_one(exported, scifact_slice, tmp_path):
@@ -189,7 +190,8 @@ def test_a_gin_binding_of_the_wrong_type_is_refused_first(monkeypatch, binding, 
 def test_unknown_queries_are_warned_of_and_counted(exported, scifact_slice, capsys):
   token_index = reader.open_index(str(exported[1]))
   encoder = model_spec.encoder(token_index.manifest["model"], "manifest",
-                               encoding.load_params(str(exported[0])), "model")
+                               encoding.load_params(str(exported[0])), "model",
+                               token_index.vocabulary_file())
   data = evaluation.load_beir(str(scifact_slice), "test")
   queries = list(data.queries)
   queries[2] = "😀😀"

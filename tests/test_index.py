@@ -45,11 +45,11 @@ def _ids(num_docs: int, prefix: str = "doc") -> list[str]:
 
 def _new_writer(path, num_docs: int, dim: int = 32, dtype: str = "float32",
                 fingerprint: str = FINGERPRINT, docs_per_chunk: int = 4, first_doc: int = 0,
-                total_docs: int | None = None,
-                store_vectors: bool = True) -> index_writer.IndexWriter:
+                total_docs: int | None = None, store_vectors: bool = True,
+                repair: bool = False) -> index_writer.IndexWriter:
   return index_writer.IndexWriter(str(path), dim, dtype, MODEL, fingerprint, docs_per_chunk,
                                   _corpus(num_docs, first_doc, total_docs),
-                                  store_vectors=store_vectors)
+                                  store_vectors=store_vectors, repair=repair)
 
 
 def _write_chunks(writer: index_writer.IndexWriter, doc_ids, docs, docs_per_chunk: int) -> None:
@@ -333,9 +333,9 @@ def test_an_index_without_vectors_searches_as_the_stored_one(tmp_path):
   (tmp_path / "none/chunks/doc_index-00003.npy").write_bytes(b"left by a kill")
   index_writer.drop_unstored_vectors(str(tmp_path / "none"), manifest)
   assert not unstored()
-  assert "re-encoding from chunk 0 of 10" in index_writer.prepare_repair(str(tmp_path / "none"))
+  writer = _new_writer(tmp_path / "none", 40, 128, "float16", store_vectors=False, repair=True)
+  assert "re-encoding from chunk 0 of 10" in writer.repair_report
   assert not list((tmp_path / "none/chunks").glob("chunk-*"))  # all re-encoded, then rebuilt
-  writer = _new_writer(tmp_path / "none", 40, 128, "float16", store_vectors=False)
   _write_chunks(writer, doc_ids, docs, 4)
   assert writer.finalize() == manifest
 
@@ -373,7 +373,7 @@ def test_resume_refuses_other_settings(tmp_path):
   with pytest.raises(ValueError, match=r"writer\.json.*other settings \(dim, fingerprint"):
     _new_writer(tmp_path, 1, dim=16, fingerprint="other")
   _new_writer(tmp_path, 1).finalize()
-  with pytest.raises(FileExistsError, match="the index is complete"):
+  with pytest.raises(index_writer.IndexComplete, match="already a complete index .* nothing to"):
     _new_writer(tmp_path, 1)
 
 

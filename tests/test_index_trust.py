@@ -1,5 +1,7 @@
 """An index is untrusted input: hostile files never run, damage is caught before a ranking,
 provenance is checked, and two exports never write one directory."""
+import errno
+import hashlib
 import json
 import os
 import pathlib
@@ -13,7 +15,11 @@ import sys
 import numpy as np
 import pytest
 
+from tests import test_index
+from tests.retrieval_setup import run_tool
 from tests.test_index import REPO, _export, _files, _ids, _integer_docs, _new_writer, _write_chunks
+from xtr import fileio
+from xtr import searcher
 from xtr.index import files
 from xtr.index import reader
 from xtr.index import verify
@@ -118,8 +124,8 @@ def test_damage_is_caught_before_a_ranking_naming_the_file(tmp_path, damaged, da
                      match=rf"{path / damaged} is damaged: .*Repair: rerun the xtr-export"):
     reader.open_index(str(path)).search(QUERIES, 5, searcher)
   # --repair redoes what is damaged, and the index ranks as before.
-  print(index_writer.prepare_repair(str(path)))
-  writer = _new_writer(path, 40, docs_per_chunk=8)
+  writer = _new_writer(path, 40, docs_per_chunk=8, repair=True)
+  print(writer.repair_report)
   _write_chunks(writer, _ids(40), _integer_docs(40), 8)
   writer.finalize()
   for got, want in zip(reader.open_index(str(path)).search(QUERIES, 5, searcher), expected):
@@ -130,8 +136,8 @@ def test_repair_reencodes_from_the_first_damaged_chunk_only(tmp_path):
   reference = _index(tmp_path / "reference")
   path = _index(tmp_path / "index")
   _flip_byte(path / "chunks/vectors-00003.npy")
-  assert "re-encoding from chunk 3 of 5" in index_writer.prepare_repair(str(path))
-  writer = _new_writer(path, 40, docs_per_chunk=8)
+  writer = _new_writer(path, 40, docs_per_chunk=8, repair=True)
+  assert "re-encoding from chunk 3 of 5" in writer.repair_report
   assert writer.completed_chunks() == 3
   _write_chunks(writer, _ids(40), _integer_docs(40), 8)
   writer.finalize()
@@ -140,8 +146,8 @@ def test_repair_reencodes_from_the_first_damaged_chunk_only(tmp_path):
 
 def _count_hashes(monkeypatch) -> list[str]:
   hashed = []
-  real = files.sha256
-  monkeypatch.setattr(files, "sha256", lambda p: hashed.append(os.path.basename(p)) or real(p))
+  real = files.record
+  monkeypatch.setattr(files, "record", lambda p: hashed.append(os.path.basename(p)) or real(p))
   return hashed
 
 
@@ -212,13 +218,13 @@ def test_a_second_export_is_refused_and_a_killed_one_leaves_no_stuck_lock(tmp_pa
                             stdout=subprocess.PIPE, text=True)
   try:
     assert holder.stdout.readline().strip() == "locked"
-    with pytest.raises(RuntimeError, match=rf"being written by another export \(process "
-                       rf"{holder.pid} on .*\); wait for it"):
+    with pytest.raises(fileio.LockedError, match=rf"being written by another export \(export "
+                       rf"by process {holder.pid} on .*\); wait for it"):
       _new_writer(tmp_path, 4)
   finally:
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-  assert (tmp_path / index_writer.LOCK).exists()  # left behind by the killed export ...
+  assert (tmp_path / files.LOCK).exists()  # left behind by the killed export ...
   _new_writer(tmp_path, 4)  # ... but not held: the next export proceeds.
 
 
@@ -228,3 +234,280 @@ def test_the_package_never_unpickles_or_evaluates():
   for path in sorted((REPO / "xtr").rglob("*.py")) + sorted((REPO / "tasks").rglob("*.py")):
     found = forbidden.search(path.read_text())
     assert found is None, f"{path} uses {found and found.group()}"
+
+
+def _sha256s(root) -> dict[str, str]:
+  """sha256 of every file under `root` (symlinks as their target path): the index's state."""
+  root = pathlib.Path(root)
+  return {str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else
+          hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+          if p.is_symlink() or p.is_file()}
+
+
+def _killed_export(path, num_docs=40, docs_per_chunk=8, chunks=2) -> pathlib.Path:
+  """An export of `_index`'s settings killed after `chunks` chunks (its lock dropped)."""
+  writer = _new_writer(path, num_docs, docs_per_chunk=docs_per_chunk)
+  for chunk in range(chunks):
+    part = slice(chunk * docs_per_chunk, (chunk + 1) * docs_per_chunk)
+    writer.write_chunk(chunk, _ids(num_docs)[part], _integer_docs(num_docs)[part])
+  del writer
+  return path
+
+
+def _resume(path, num_docs=40, docs_per_chunk=8) -> None:
+  writer = _new_writer(path, num_docs, docs_per_chunk=docs_per_chunk)
+  _write_chunks(writer, _ids(num_docs), _integer_docs(num_docs), docs_per_chunk)
+  writer.finalize()
+
+
+@pytest.mark.parametrize("planted", [files.LOCK, "doc_ids.jsonl.tmp", "doc_offsets.npy.tmp",
+                                     "writer.json", "chunks/vectors-00002.npy.tmp",
+                                     "chunks/chunk-00002.json", "scann.tmp"])
+def test_a_resumed_export_never_writes_through_a_planted_symlink(tmp_path, planted):
+  path = _killed_export(tmp_path / "index")
+  outside = tmp_path / "outside"
+  outside.write_bytes(b"the user's file")
+  (path / planted).unlink(missing_ok=True)
+  os.symlink(outside, path / planted)
+  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / planted} is a symbolic link, not a "
+                     "file that xtr wrote: .* remove it and rerun"):
+    _resume(path)
+  assert outside.read_bytes() == b"the user's file"
+  (path / planted).unlink()
+  _resume(path)  # Once the link is gone, the export completes ...
+  assert _files(path) == _files(_index(tmp_path / "reference"))  # ... as if never attacked.
+
+
+@pytest.mark.parametrize("planted", ["fifo", "hard link", "chunks symlink"])
+def test_a_fifo_hard_link_or_linked_directory_in_an_index_is_refused(tmp_path, planted):
+  path = _killed_export(tmp_path / "index")
+  outside = tmp_path / "outside"
+  outside.mkdir()
+  (outside / "file").write_bytes(b"the user's file")
+  if planted == "fifo":  # Read, it would hang the export.
+    (path / files.WRITER).unlink()
+    os.mkfifo(path / files.WRITER)
+    problem = rf"{path / files.WRITER} is a FIFO"
+  elif planted == "hard link":  # Truncated, it would truncate the user's file.
+    (path / files.LOCK).unlink()
+    os.link(outside / "file", path / files.LOCK)
+    problem = rf"{path / files.LOCK} is a hard link to another file"
+  else:
+    shutil.rmtree(path / "chunks")
+    os.symlink(outside, path / "chunks")
+    problem = rf"{path / 'chunks'} is a symbolic link"
+  with pytest.raises(fileio.UnsafeFileError, match=problem):
+    _resume(path)
+  assert sorted(p.name for p in outside.iterdir()) == ["file"]
+  assert (outside / "file").read_bytes() == b"the user's file"
+
+
+@pytest.mark.parametrize("listed", ["chunks/vectors-00001.npy", "doc_ids.jsonl",
+                                    "scann/hashed_dataset.npy"])
+@pytest.mark.parametrize("kind", ["symlink to an identical copy", "fifo"])
+def test_a_listed_file_replaced_by_a_symlink_or_fifo_is_refused_at_open(tmp_path, listed, kind):
+  path = _index(tmp_path / "index")
+  copy = tmp_path / "copy"
+  shutil.copyfile(path / listed, copy)
+  (path / listed).unlink()
+  if kind == "fifo":
+    os.mkfifo(path / listed)  # Read, it would hang the search.
+  else:
+    os.symlink(copy, path / listed)  # Same bytes: only the link gives it away.
+  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / listed} is a "
+                     rf"{'FIFO' if kind == 'fifo' else 'symbolic link'}, not a file that xtr"):
+    reader.open_index(str(path))
+
+
+def test_a_linked_directory_or_verification_record_is_never_followed(tmp_path, monkeypatch,
+                                                                     capsys):
+  monkeypatch.setattr(verify, "SMALL_FILE", 1000)  # The chunks count as large: recorded.
+  path = _index(tmp_path / "index")
+  outside = tmp_path / "outside.json"
+  outside.write_text('{"the user": "file"}')
+  os.symlink(outside, path / verify.RECORD)
+  reader.open_index(str(path)).search(QUERIES, 5, "bruteforce")
+  assert outside.read_text() == '{"the user": "file"}'
+  assert (path / verify.RECORD).is_symlink()
+  assert f"cannot record verified files ({path / verify.RECORD} is a symbolic link" in (
+      capsys.readouterr().err)
+  assert not [p for p in path.iterdir() if p.name.endswith(".tmp")]
+  shutil.move(path / "scann", tmp_path / "scann")  # ScaNN's files, moved out and linked back:
+  os.symlink(tmp_path / "scann", path / "scann")
+  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / 'scann'}/.* passes through a "
+                     "symbolic link"):
+    reader.open_index(str(path))
+
+
+def _forge(path, relative, array) -> None:
+  """Replaces a listed .npy file and its manifest record: only the content's checks remain."""
+  np.save(path / relative, array)
+  _edit_manifest(path, lambda m: m["files"].update({relative: files.record(str(path / relative))}))
+
+
+@pytest.mark.parametrize("problem, forge", [
+    ("does not start at 0 and increase", lambda o: o.__setitem__(slice(1, 3), o[2:0:-1])),
+    (r"ends at 99999999999, not at num_tokens = \d+", lambda o: o.__setitem__(-1, 99999999999)),
+    ("disagrees with the token counts of the chunks", lambda o: o.__setitem__(8, o[8] + 1)),
+])
+def test_forged_doc_offsets_are_refused_before_anything_is_allocated(tmp_path, monkeypatch,
+                                                                    problem, forge):
+  path = _index(tmp_path / "index")
+  offsets = np.load(path / files.DOC_OFFSETS)
+  forge(offsets)
+  _forge(path, files.DOC_OFFSETS, offsets)
+  monkeypatch.setattr(np, "repeat", None)  # `locate`'s [T] table: never reached.
+  with pytest.raises(files.DamagedIndexError, match=rf"doc_offsets.npy {problem}: the token "
+                     "index is damaged"):
+    reader.open_index(str(path))
+
+
+def test_forged_counts_in_the_manifest_are_refused_before_reading_the_files(tmp_path):
+  path = _index(tmp_path / "index")
+  _edit_manifest(path, lambda m: m.update(num_tokens=10**11))
+  with pytest.raises(files.DamagedIndexError, match=r"doc_offsets.npy ends at \d+, not at "
+                     r"num_tokens = 100000000000"):
+    reader.open_index(str(path))
+  _edit_manifest(path, lambda m: m.update(num_docs=10**11))
+  with pytest.raises(files.DamagedIndexError, match=r"5 chunks of docs_per_chunk = 8 cannot hold "
+                     "num_docs = 100000000000"):
+    reader.open_index(str(path))
+
+
+def test_a_write_on_a_full_disk_names_the_file_and_loses_nothing(tmp_path, monkeypatch):
+  path = _killed_export(tmp_path / "index")
+  before = _sha256s(path)
+
+  def full(*_, **__):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  with monkeypatch.context() as patch:
+    patch.setattr(np.lib.format, "write_array", full)
+    with pytest.raises(OSError, match=rf"cannot write {path / 'chunks/vectors-00002.npy'}: No "
+                       r"space left on device; free space \(or write elsewhere\) and rerun"):
+      _resume(path)
+  assert _sha256s(path) == before  # no temporary left, nothing overwritten
+  _resume(path)
+  assert _files(path) == _files(_index(tmp_path / "reference"))
+
+
+def test_a_refused_export_or_repair_leaves_the_index_byte_identical(tmp_path):
+  path = _index(tmp_path / "index")
+  before = _sha256s(path)
+  for settings, changed in (({"fingerprint": "another-checkpoint"}, "fingerprint"),
+                            ({"num_docs": 39}, "corpus"), ({"dim": 16}, "dim")):
+    for repair in (False, True):
+      args = {"num_docs": 40, "docs_per_chunk": None, "repair": repair, **settings}
+      with pytest.raises(ValueError, match=rf"manifest.json: this index was exported with other "
+                         rf"settings \({changed} differ: .*nothing was changed"):
+        _new_writer(path, args.pop("num_docs"), **args)
+      assert _sha256s(path) == before
+  reader.open_index(str(path), "full").search(QUERIES, 5, "scann")
+  with pytest.raises(index_writer.IndexComplete, match="nothing to do"):
+    _new_writer(path, 40, docs_per_chunk=None)
+  assert _sha256s(path) == before
+
+
+def test_a_repair_keeps_the_recorded_chunking_and_gin_text(tmp_path):
+  path = _index(tmp_path / "index")  # docs_per_chunk 8, gin text ""
+  before = _sha256s(path)
+  writer = index_writer.IndexWriter(
+      str(path), 32, "float32", test_index.MODEL, test_index.FINGERPRINT, None,
+      test_index._corpus(40), gin_config="another config = 'text'", repair=True)
+  assert "every file verifies" in writer.repair_report
+  assert writer.settings["docs_per_chunk"] == 8
+  writer.finalize()
+  assert _sha256s(path) == before
+
+
+def test_a_search_during_a_repair_and_a_second_repair_are_told_and_change_nothing(tmp_path):
+  path = _index(tmp_path / "index")
+  before = _sha256s(path)
+  with fileio.Lock(str(path / files.LOCK), "repair", str):  # A repair holding the index ...
+    with pytest.raises(fileio.LockedError, match=r"being written by another export \(repair by "
+                       rf"process {os.getpid()} on "):
+      _new_writer(path, 40, docs_per_chunk=None, repair=True)  # ... refuses a second one
+    (path / files.MANIFEST).rename(tmp_path / files.MANIFEST)  # ... which has begun:
+    with pytest.raises(ValueError, match=rf"the token index at {path} is being repaired \(repair "
+                       r"by process .*\): search again when the repair has finished"):
+      reader.open_index(str(path))
+  with pytest.raises(ValueError, match="incomplete token index .* rerun the interrupted"):
+    reader.open_index(str(path))  # The repair died.
+  (tmp_path / files.MANIFEST).rename(path / files.MANIFEST)
+  assert _sha256s(path) == before
+
+
+def _export_cli(exported, index_dir, *flags):
+  """xtr-export with the flags that built the `exported` fixture (conftest.py), then `flags`
+  (a later --checkpoint or --corpus wins)."""
+  manifest = json.loads((exported[1] / files.MANIFEST).read_text())
+  return run_tool("xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+                  f"--gin_bindings=T5_SPM_PATH = '{exported[1] / 'vocabulary/spiece.model'}'",
+                  "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64",
+                  f"--checkpoint={exported[0]}", f"--corpus={manifest['corpus']['path']}",
+                  f"--out={index_dir}", *flags)
+
+
+def test_export_into_a_complete_index_with_another_corpus_or_checkpoint_is_refused(
+    exported, tmp_path):
+  index_dir = tmp_path / "index"
+  shutil.copytree(exported[1], index_dir)
+  before = _sha256s(index_dir)
+  corpus = tmp_path / "corpus.jsonl"
+  corpus.write_text('{"_id": "d", "title": "", "text": "another corpus"}\n')
+  for flags, changed in (([f"--checkpoint={exported[0].parent / 'other_model'}"], "fingerprint"),
+                         ([f"--corpus={corpus}"], "corpus"),
+                         ([f"--checkpoint={exported[0].parent / 'other_model'}", "--repair"],
+                          "fingerprint")):
+    process = _export_cli(exported, index_dir, *flags)
+    assert process.returncode != 0
+    assert re.search(rf"manifest.json: this index was exported with other settings \(.*{changed}"
+                     r".* differ: .*nothing was changed", process.stderr), process.stderr[-2000:]
+    assert _sha256s(index_dir) == before  # the manifest included: still searchable
+  reader.open_index(str(index_dir), "full")
+
+
+def test_repair_with_the_indexs_checkpoint_and_corpus_keeps_its_chunking(exported, tmp_path):
+  """The fixture's index has 40 docs per chunk; the repair is run without --docs_per_chunk and
+  with another gin text (an extra binding): it repairs to the same index."""
+  index_dir = tmp_path / "index"
+  shutil.copytree(exported[1], index_dir)
+  before = _sha256s(index_dir)
+  _flip_byte(index_dir / "chunks/vectors-00002.npy")
+  process = _export_cli(exported, index_dir, "--repair",
+                        "--gin_bindings=xtr.encoding.Encoder.batch_size = 7")
+  assert process.returncode == 0, process.stderr[-2000:]
+  assert "re-encoding from chunk 2 of 4" in process.stdout
+  assert _sha256s(index_dir) == before
+
+
+@pytest.mark.parametrize("recorded", ["/dev/zero", "gs://bucket/spiece.model", "../spiece.model",
+                                      "OUTSIDE"])
+def test_a_vocabulary_path_outside_the_index_is_used_only_from_the_users_flag(
+    exported, tmp_path, t5_spm_path, recorded):
+  index_dir = tmp_path / "index"
+  shutil.copytree(exported[1], index_dir)
+  recorded = str(t5_spm_path) if recorded == "OUTSIDE" else recorded
+  _edit_manifest(index_dir, lambda m: m["model"]["vocabulary"].update(path=recorded))
+  with pytest.raises(ValueError, match=rf"records the vocabulary '{re.escape(recorded)}', which is "
+                     r"not a file of the index .* search it with --vocabulary=PATH"):
+    searcher.open_for_search(str(index_dir), str(exported[0]))
+  encoder, _ = searcher.open_for_search(str(index_dir), str(exported[0]),
+                                        vocabulary=str(t5_spm_path))
+  assert encoder.tokenizer.path == str(t5_spm_path)
+
+
+def test_an_export_keeps_its_vocabulary_and_searches_from_any_directory(
+    exported, tmp_path, t5_spm_path, monkeypatch):
+  manifest = json.loads((exported[1] / files.MANIFEST).read_text())
+  assert manifest["model"]["vocabulary"]["path"] == "vocabulary/spiece.model"
+  assert manifest["files"]["vocabulary/spiece.model"] == files.record(str(t5_spm_path))
+  monkeypatch.chdir(tmp_path)
+  encoder, _ = searcher.open_for_search(str(exported[1]), str(exported[0]))
+  assert encoder.tokenizer.path == str(exported[1] / "vocabulary/spiece.model")
+  index_dir = tmp_path / "index"  # The copy replaced by a link to /dev/zero: refused at open.
+  shutil.copytree(exported[1], index_dir)
+  (index_dir / "vocabulary/spiece.model").unlink()
+  os.symlink("/dev/zero", index_dir / "vocabulary/spiece.model")
+  with pytest.raises(fileio.UnsafeFileError, match="spiece.model is a symbolic link"):
+    searcher.open_for_search(str(index_dir), str(exported[0]))

@@ -27,7 +27,8 @@ def _search(exported, scifact_slice, config):
   gin.clear_config()
   token_index = reader.open_index(str(index_dir))
   encoder = model_spec.encoder(token_index.manifest["model"], str(index_dir),
-                               encoding.load_params(str(model_dir)), str(model_dir))
+                               encoding.load_params(str(model_dir)), str(model_dir),
+                               token_index.vocabulary_file())
   data = evaluation.load_beir(str(scifact_slice), "test")
   return data, token_index, retrieval.search(encoder, token_index, data.queries, config)
 
@@ -237,7 +238,8 @@ def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_sli
   """xtr-analyze-tokens (exact token search) against a sort of every corpus token, by loops."""
   data, token_index, _ = _search(exported, scifact_slice, retrieval.SearchConfig())
   encoder = model_spec.encoder(token_index.manifest["model"], "manifest",
-                               encoding.load_params(str(exported[0])), str(exported[0]))
+                               encoding.load_params(str(exported[0])), str(exported[0]),
+                               token_index.vocabulary_file())
   k = 50
   process = subprocess.run(
       [sys.executable, "-m", "xtr.token_analysis", f"--data_dir={scifact_slice}",

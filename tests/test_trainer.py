@@ -16,6 +16,7 @@ import pytest
 
 from xtr import alignment
 from xtr import data
+from xtr import fileio
 from xtr import hf_weights
 from xtr import models
 from xtr import objective
@@ -342,3 +343,19 @@ def test_distillation_needs_a_teacher(tmp_path, msmarco_triples_path, t5_spm_pat
   with pytest.raises(ValueError, match=r"distillation=0.5 needs a pretrained_backbone"):
     _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
                             f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.distillation = 0.5")
+
+
+def test_a_second_run_into_one_model_dir_is_refused(tmp_path, msmarco_triples_path, t5_spm_path):
+  """Held by a live run (here: this process's lock), the model dir refuses a second run before
+  its mesh or data exist; the first run's lock file is left as it was."""
+  lock_path = tmp_path / trainer.TRAIN_LOCK
+  with fileio.Lock(str(lock_path), "training", str):
+    held = lock_path.read_bytes()
+    with pytest.raises(fileio.LockedError, match=rf"{tmp_path} is being trained by another run "
+                       rf"\(training by process {os.getpid()} on .*\); wait for it"):
+      _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'",
+                              f"TRIPLES_PATH = '{msmarco_triples_path}'",
+                              f"T5_SPM_PATH = '{t5_spm_path}'")
+    assert lock_path.read_bytes() == held
+    assert not (tmp_path / "checkpoints").exists()
+  assert not lock_path.exists()

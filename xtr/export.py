@@ -10,9 +10,11 @@ Documents are encoded in chunks (`--docs_per_chunk`) with a progress bar; a kill
 resumes at its last complete chunk when rerun with the same flags. With --num_shards=S, run once
 per --shard_id (e.g. one per host): each writes INDEX_DIR/shard-SSSSS-of-NNNNN over a contiguous
 range of the corpus, and search fans out over the shards. ScaNN settings: `ScannConfig` of
-`xtr.index.scann`. The index records the corpus file's sha256 and the document range: a resumed
-export with another corpus or range is refused. A damaged index is repaired by rerunning the
-command with --repair. Two exports into one directory at once are refused (export.lock).
+`xtr.index.scann`. The index records the corpus file's sha256, the document range and the
+checkpoint's fingerprint: a resumed export, a rerun into a complete index or a --repair with
+another corpus, range or checkpoint is refused and leaves the index as it was. A damaged index
+is repaired by rerunning the command with --repair (an unset --docs_per_chunk takes the index's
+value). Two exports or repairs of one directory at once are refused (export.lock).
 
 --store_vectors=none writes an index for f_XTR' only: ScaNN and the document map, without the
 float token vectors that ColBERT's and ALIGNER's refinement, exact scoring and brute-force
@@ -50,8 +52,9 @@ _STORE_VECTORS = flags.DEFINE_enum(
     "store_vectors", "float16", files.STORE_VECTORS,
     "Stored token vectors: their dtype, or none: an index for --scoring=xtr only (ScaNN and the "
     "document map; no refinement, exact scoring or brute force).")
-_DOCS_PER_CHUNK = flags.DEFINE_integer("docs_per_chunk", 1000, "Documents per saved chunk.",
-                                       lower_bound=1)
+_DOCS_PER_CHUNK = flags.DEFINE_integer(
+    "docs_per_chunk", None, "Documents per saved chunk. Default: the value the --out directory "
+    "records (resume, repair), else 1000.", lower_bound=1)
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards.",
                                    lower_bound=1)
 _SHARD_ID = flags.DEFINE_integer("shard_id", 0, "The shard this process exports.")
@@ -63,7 +66,9 @@ _FROM_INDEX = flags.DEFINE_string(
     "(linked, not re-encoded) and build ScaNN with --prune_doc.")
 _REPAIR = flags.DEFINE_bool("repair", False,
                             "Verify a complete index in full and redo what is damaged: "
-                            "re-encode from the first damaged chunk, rebuild ScaNN.")
+                            "re-encode from the first damaged chunk, rebuild ScaNN. Refused, "
+                            "leaving the index as it is, unless --checkpoint and --corpus are "
+                            "the index's.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -74,19 +79,14 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--out={out_dir} is a file, not an index directory.")
   if _NUM_SHARDS.value > 1:
     out_dir = files.shard_path(out_dir, _SHARD_ID.value, _NUM_SHARDS.value)
-  complete = os.path.exists(os.path.join(out_dir, files.MANIFEST))
-  if complete and not _REPAIR.value:
-    writer.drop_unstored_vectors(out_dir, files.read_json(os.path.join(out_dir, files.MANIFEST)))
-    print(f"{out_dir} is already a complete index; nothing to do (--repair verifies it and "
-          "redoes what is damaged).")
-    return
   prune_doc = _PRUNE_DOC.value
   if prune_doc is not None and not 0 < prune_doc <= 1:
     raise app.UsageError(f"--prune_doc={prune_doc} is not in (0, 1].")
-  if _FROM_INDEX.value:
-    manifest = _reprune(out_dir, prune_doc)
-  else:
-    manifest = _export(out_dir, prune_doc, complete)
+  try:
+    manifest = _reprune(out_dir, prune_doc) if _FROM_INDEX.value else _export(out_dir, prune_doc)
+  except writer.IndexComplete as e:
+    print(e)
+    return
   print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
         f"of dim {manifest['dim']}, {manifest['num_indexed_tokens']} of them in ScaNN.")
   print(_sizes(manifest))
@@ -125,7 +125,7 @@ def _reprune(out_dir: str, prune_doc: float | None) -> dict:
                         store_vectors=_STORE_VECTORS.value != "none")
 
 
-def _export(out_dir: str, prune_doc: float | None, complete: bool) -> dict:
+def _export(out_dir: str, prune_doc: float | None) -> dict:
   """The manifest of out_dir, encoded from --corpus with --checkpoint (resuming, repairing)."""
   for flag in (_CHECKPOINT, _CORPUS):
     if not flag.value:
@@ -136,8 +136,6 @@ def _export(out_dir: str, prune_doc: float | None, complete: bool) -> dict:
   if not len(docs):
     raise app.UsageError(f"--corpus={_CORPUS.value} has {len(corpus)} documents: nothing for "
                          f"shard {_SHARD_ID.value} of {_NUM_SHARDS.value} to export.")
-  if complete:
-    print(writer.prepare_repair(out_dir), flush=True)
   doc_ids = list(corpus)[docs.start:docs.stop]
   texts = list(corpus.values())[docs.start:docs.stop]
   record = indexing.corpus_record(_CORPUS.value, docs, len(corpus))
@@ -147,7 +145,7 @@ def _export(out_dir: str, prune_doc: float | None, complete: bool) -> dict:
                          f"--checkpoint={_CHECKPOINT.value} has no salience heads (gin: "
                          "models.XTREncoder.salience).")
   return indexing.export(encoder, doc_ids, texts, out_dir, _STORE_VECTORS.value,
-                         _DOCS_PER_CHUNK.value, record, prune_doc)
+                         _DOCS_PER_CHUNK.value, record, prune_doc, _REPAIR.value)
 
 
 def console_entry_point() -> None:

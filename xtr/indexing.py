@@ -31,23 +31,32 @@ def corpus_record(path: str, docs: range, total_docs: int) -> dict[str, Any]:
 
 
 def export(encoder: encoding.Encoder, doc_ids: Sequence[str], texts: Sequence[str],
-           out_dir: str, store_vectors: str, docs_per_chunk: int, corpus: dict[str, Any],
-           prune_doc: float | None = None) -> dict:
+           out_dir: str, store_vectors: str, docs_per_chunk: int | None, corpus: dict[str, Any],
+           prune_doc: float | None = None, repair: bool = False) -> dict:
   """Encodes `texts` chunk by chunk into an index at `out_dir` (resuming), builds ScaNN.
 
   Args:
     store_vectors: the stored token vectors' dtype, or "none" (written as float16 while the
       export runs, then deleted: `IndexWriter`'s store_vectors).
+    docs_per_chunk: None: the value `out_dir` records (resume, repair), else 1000.
     corpus: `corpus_record` of the corpus file that `doc_ids` and `texts` come from.
     prune_doc: β_d: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by salience (None: all).
+    repair: verify a complete index and redo what is damaged (`IndexWriter`).
 
   Returns:
     The index manifest.
+
+  Raises:
+    writer.IndexComplete: `out_dir` is a complete index of these settings and not `repair`.
   """
   writer = writer_lib.IndexWriter(
       out_dir, encoder.dim, "float16" if store_vectors == "none" else store_vectors,
       model_spec.describe(encoder), encoder.fingerprint, docs_per_chunk, corpus,
-      gin_config=gin.config_str(), prune_doc=prune_doc, store_vectors=store_vectors != "none")
+      gin_config=gin.config_str(), prune_doc=prune_doc, store_vectors=store_vectors != "none",
+      repair=repair)
+  if writer.repair_report:
+    print(writer.repair_report, flush=True)
+  docs_per_chunk = writer.settings["docs_per_chunk"]
   num_chunks = math.ceil(len(doc_ids) / docs_per_chunk)
   done = writer.completed_chunks()
   if done:

@@ -4,7 +4,9 @@ An index used to store the exporting run's gin config and search parsed it, whic
 downloaded index import modules and bind any callable. It now stores `describe(...)`: the
 backbone's name, its config fields, the projection size, the vocabulary (kind, path and sha256)
 and the encoder's lengths, all plain JSON; `encoder` rebuilds the modules from a fixed table
-after checking every field's type.
+after checking every field's type. `describe` records the vocabulary file's path as the user
+named it; the export copies the file into the index and records its copy's path there
+(`vocabulary/<name>`, relative to the index), which search reads.
 
   {"backbone": "t5" | "bert", "config": {T5Config | BertConfig fields}, "embed_dim": 128 | null,
    "salience": {salience.Salience fields} | null,
@@ -68,13 +70,14 @@ def _check_type(value: Any, annotation: Any, where: str) -> Any:
 
 
 def encoder(spec: Any, where: str, params: Any, checkpoint: str,
-            vocabulary_path: str | None = None) -> encoding.Encoder:
+            vocabulary_path: str) -> encoding.Encoder:
   """The encoder of a `describe` dict read from `where` (a file, for errors), with `params`.
 
   Args:
     checkpoint: where `params` come from, for errors.
-    vocabulary_path: a local copy of the vocabulary file, for an index built elsewhere; its
-      sha256 must equal the recorded one.
+    vocabulary_path: the vocabulary file (the index's copy, `TokenIndex.vocabulary_file`, or
+      one the user named; never the path that `spec` records); its sha256 must equal the
+      recorded one.
 
   Raises:
     ValueError: naming `where` and the field, for anything `describe` does not write, or
@@ -154,11 +157,8 @@ def _vocabulary(spec: Any, where: str, path: str | None) -> tokenization.Tokeniz
       or not isinstance(spec.get("path"), str) or not isinstance(spec.get("sha256"), str)):
     raise ValueError(f"{where}: model.vocabulary needs a kind in {sorted(kinds)}, a path and a "
                      "sha256.")
-  path = path or spec["path"]
   if not storage.exists(path):
-    raise FileNotFoundError(
-        f"{where}: the index's vocabulary {path} does not exist here; give a copy with "
-        "--vocabulary=PATH (its sha256 must be the recorded one).")
+    raise FileNotFoundError(f"--vocabulary={path} does not exist.")
   if files.sha256(path) != spec["sha256"]:
     raise ValueError(f"{where}: the vocabulary {path} is not the one the index was built with "
                      f"(sha256 {spec['sha256']}).")

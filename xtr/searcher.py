@@ -27,19 +27,21 @@ def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
   """The token index at `index_path` and the query encoder of `checkpoint`.
 
   The model, vocabulary and lengths come from the index's manifest, as data (nothing stored in
-  the index is executed). Refuses a checkpoint or token dim that differs from the index's.
+  the index is executed), the vocabulary file from the index's copy of it. Refuses a checkpoint
+  or token dim that differs from the index's.
 
   Args:
     verify: the index's checks before first use (`xtr.index.verify.MODES`).
-    vocabulary: a local copy of the index's vocabulary file, where its recorded path does not
-      exist.
+    vocabulary: the vocabulary file to use instead of the index's copy (an index exported
+      before xtr kept one); its sha256 must be the recorded one.
   """
   token_index = reader.open_index(index_path, verify)
   # ScaNN holds its codes twice while it loads: before the parameters, that peak adds to less.
   token_index.load_scann()
   params = encoding.load_params(checkpoint)
   encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
-                               params, checkpoint, vocabulary)
+                               params, checkpoint,
+                               vocabulary or token_index.vocabulary_file())
   reader.check_compatible(token_index.manifest, encoder.dim, encoder.fingerprint)
   return encoder, token_index
 

@@ -7,8 +7,10 @@ cross-entropy. The train step is jitted over
 global arrays sharded on the `data` mesh axis; each host feeds the rows its devices hold
 (`partitioning.data_layout`).
 """
+import contextlib
 import functools
 import itertools
+import os
 import time
 from typing import Any, Callable
 
@@ -26,15 +28,18 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from xtr import alignment as alignment_lib
 from xtr import checkpoints
 from xtr import data
+from xtr import fileio
 from xtr import grad_cache
 from xtr import models
 from xtr import objective as objective_lib
 from xtr import optimizers
 from xtr import partitioning
+from xtr import storage
 from xtr import typecheck
 
 
 PCA_BATCHES = 4  # Training batches whose token vectors give the "pca" projection init.
+TRAIN_LOCK = "train.lock"  # model_dir/train.lock: flock-ed while a run trains into model_dir.
 
 
 @flax.struct.dataclass
@@ -206,7 +211,8 @@ def train(model_dir: str = gin.REQUIRED,
   """Trains `model` on `task_name` for `num_steps`, resuming from `model_dir` if possible.
 
   Args:
-    model_dir: checkpoints (`model_dir/checkpoints`) and TensorBoard events go here.
+    model_dir: checkpoints (`model_dir/checkpoints`) and TensorBoard events go here; one run
+      at a time (`model_dir/train.lock`: a second run is refused).
     model: an `xtr.models.XTREncoder` (from a gin/models/*.gin file).
     vocabulary: the model's vocabulary (tokenizes the task's text).
     batch_size: the *global* number of queries per step; each host reads the rows its devices
@@ -244,51 +250,64 @@ def train(model_dir: str = gin.REQUIRED,
   if distillation and pretrained_backbone is None:
     raise ValueError(f"trainer.train.distillation={distillation} needs a pretrained_backbone "
                      "(the teacher).")
-  mesh = partitioning.make_mesh()
-  num_data_shards = mesh.shape[partitioning.DATA_AXIS]
-  if batch_size % num_data_shards:
-    raise ValueError(f"trainer.train.batch_size={batch_size} is not divisible by the data axis "
-                     f"({num_data_shards}).")
-  if micro_batch_size is not None and (batch_size % micro_batch_size
-                                       or micro_batch_size % num_data_shards):
-    raise ValueError(f"trainer.train.micro_batch_size={micro_batch_size} must divide batch_size="
-                     f"{batch_size} and be divisible by the data axis ({num_data_shards}).")
-  layout = partitioning.data_layout(mesh)
-  print(f"Mesh {dict(mesh.shape)}: process {jax.process_index()} of {jax.process_count()} feeds "
-        f"block {layout.shard_id} of {layout.num_shards} of every batch "
-        f"({batch_size // layout.num_shards} of {batch_size} queries).", flush=True)
-  iterator = iter(data.get_dataset(
-      task_name, vocabulary, lengths, batch_size // layout.num_shards, seed,
-      shard_id=layout.shard_id, num_shards=layout.num_shards))
-  optimizer = optimizers.make_optimizer()
-  first_batches = lambda: data.get_dataset(projection_sample_task or task_name, vocabulary,
-                                           lengths, batch_size, seed)
-  checkpointer = checkpoints.Checkpointer(model_dir)
-  # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
-  pretrained = ({} if checkpointer.latest_step() is not None else
-                _pretrained(model, pretrained_backbone, projection_init, first_batches))
-  # The distillation teacher: the untuned backbone, loaded again by a resumed run.
-  teacher = (pretrained.get("backbone") or pretrained_backbone()) if distillation else None
-  with (jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES),
-        checkpoints.PreemptionNotice() as preemption):
-    state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
-    restored = checkpointer.restore_latest(abstract_state(model, optimizer, mesh), iterator)
-    if restored is not None:
-      state = restored
-      print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
-    teacher_params = (None if teacher is None else
-                      jax.device_put(teacher, shardings.params["backbone"]))
-    train_step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
-                                 seed, teacher_params)
-    initial_dir = epath.Path(model_dir) / checkpoints.INITIAL_PARAMS
-    if save_initial_params and restored is None and not initial_dir.exists():
-      checkpoints.save_params(initial_dir, state.params)
-    if num_steps == 0 and restored is None:  # The initial (e.g. pretrained) model, to export.
-      checkpointer.maybe_save(0, state, iterator, force=True)
-    state = _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, model_dir,
-                  num_steps, log_every_steps)
-  checkpointer.close()
-  return state
+  # The preemption notice from the start: SIGTERM may come at any time.
+  with _model_dir_lock(model_dir), checkpoints.PreemptionNotice() as preemption:
+    mesh = partitioning.make_mesh()
+    num_data_shards = mesh.shape[partitioning.DATA_AXIS]
+    if batch_size % num_data_shards:
+      raise ValueError(f"trainer.train.batch_size={batch_size} is not divisible by the data axis "
+                       f"({num_data_shards}).")
+    if micro_batch_size is not None and (batch_size % micro_batch_size
+                                         or micro_batch_size % num_data_shards):
+      raise ValueError(f"trainer.train.micro_batch_size={micro_batch_size} must divide batch_size="
+                       f"{batch_size} and be divisible by the data axis ({num_data_shards}).")
+    layout = partitioning.data_layout(mesh)
+    print(f"Mesh {dict(mesh.shape)}: process {jax.process_index()} of {jax.process_count()} feeds "
+          f"block {layout.shard_id} of {layout.num_shards} of every batch "
+          f"({batch_size // layout.num_shards} of {batch_size} queries).", flush=True)
+    iterator = iter(data.get_dataset(
+        task_name, vocabulary, lengths, batch_size // layout.num_shards, seed,
+        shard_id=layout.shard_id, num_shards=layout.num_shards))
+    optimizer = optimizers.make_optimizer()
+    first_batches = lambda: data.get_dataset(projection_sample_task or task_name, vocabulary,
+                                             lengths, batch_size, seed)
+    checkpointer = checkpoints.Checkpointer(model_dir)
+    # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
+    pretrained = ({} if checkpointer.latest_step() is not None else
+                  _pretrained(model, pretrained_backbone, projection_init, first_batches))
+    # The distillation teacher: the untuned backbone, loaded again by a resumed run.
+    teacher = (pretrained.get("backbone") or pretrained_backbone()) if distillation else None
+    with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
+      state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
+      restored = checkpointer.restore_latest(abstract_state(model, optimizer, mesh), iterator)
+      if restored is not None:
+        state = restored
+        print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
+      teacher_params = (None if teacher is None else
+                        jax.device_put(teacher, shardings.params["backbone"]))
+      train_step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
+                                   seed, teacher_params)
+      initial_dir = epath.Path(model_dir) / checkpoints.INITIAL_PARAMS
+      if save_initial_params and restored is None and not initial_dir.exists():
+        checkpoints.save_params(initial_dir, state.params)
+      if num_steps == 0 and restored is None:  # The initial (e.g. pretrained) model, to export.
+        checkpointer.maybe_save(0, state, iterator, force=True)
+      state = _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption,
+                    model_dir, num_steps, log_every_steps)
+    checkpointer.close()
+    return state
+
+
+def _model_dir_lock(model_dir: str) -> contextlib.AbstractContextManager:
+  """The lock of a local model dir, taken by process 0: a second run training into the same
+  directory is refused while this one lives (`fileio.Lock`)."""
+  if storage.is_remote(model_dir) or jax.process_index() != 0:
+    return contextlib.nullcontext()
+  os.makedirs(model_dir, exist_ok=True)
+  path = os.path.join(model_dir, TRAIN_LOCK)
+  return fileio.Lock(path, "training", lambda holder: (
+      f"{model_dir} is being trained by another run ({holder}, holding {path}); wait for it to "
+      "finish or train into another model dir."))
 
 
 def _objective(model: nn.Module, scoring: str, k_train: int, temperature: float,

@@ -176,7 +176,8 @@ def _build_xtr_index(data: Data, folder: str, scann_gin: str | None, shards: int
     index = writer.IndexWriter(
         path, data.doc_vectors.shape[1], "float16", source["model"], source["fingerprint"],
         docs_per_chunk, indexing.corpus_record(os.path.join(data.path, "doc_ids.json"),
-                                               shard_docs, num_docs))
+                                               shard_docs, num_docs),
+        vocabulary=os.path.join(data.source["index"], source["model"]["vocabulary"]["path"]))
     for chunk in range(index.completed_chunks(), -(-len(shard_docs) // docs_per_chunk)):
       docs = shard_docs[chunk * docs_per_chunk:(chunk + 1) * docs_per_chunk]
       index.write_chunk(chunk, data.doc_ids[docs.start:docs.stop], [vectors[d] for d in docs])

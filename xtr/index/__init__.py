@@ -5,7 +5,11 @@ One index directory (a sharded export writes one per shard, `files.shard_path(ro
 
   writer.json                 the writer's settings (model, corpus, ...): a killed export resumes
                               with them and refuses other ones
-  export.lock                 held (flock) while an export writes; removed when it completes
+  export.lock                 held (flock) while an export or repair writes ("export by …" or
+                              "repair by …"); removed when it completes
+  vocabulary/<name>           a copy of the model's vocabulary file, which the manifest's model
+                              records by this relative path (search reads it, never a path
+                              outside the index)
   chunks/vectors-00000.npy    [T_c, D] float32|float16 token vectors of chunk 0
   chunks/doc_index-00000.npy  [T_c] int32 doc index (within this directory) of each token
                               (an XTR-only index, exported with --store_vectors=none, keeps
@@ -22,7 +26,11 @@ One index directory (a sharded export writes one per shard, `files.shard_path(ro
                               every file above with its sha256 and size
   verified.json               written by readers: which large files were verified, when (`verify`)
 
+Every name in the directory is untrusted: files are written and read through `xtr.fileio`
+(O_EXCL | O_NOFOLLOW, regular files only, paths resolved inside the directory).
+
 Modules: `files` (layout, atomic writes, checksums), `scann` (build and serialize ScaNN),
-`scann_search` (load ScaNN without pickle or TensorFlow, search it), `exact` (brute-force token search), `writer` (`IndexWriter`, resumable), `verify`
+`scann_search` (load ScaNN without pickle or TensorFlow, search it), `exact` (brute-force token
+search), `writer` (`IndexWriter`: resumable, locked, repairable), `verify`
 (checking files against the manifest) and `reader` (`open_index`, `TokenIndex`).
 """

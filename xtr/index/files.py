@@ -1,28 +1,32 @@
 """The files of an index directory: names, atomic writes, checksums, checked reads, the manifest.
 
 Every file is written under `<name>.tmp` and renamed, so a killed export leaves only complete
-files (plus temporaries that the resumed export overwrites). Everything read back is untrusted:
-JSON and .npy only (never pickle), with errors that name the file.
+files (plus temporaries that the resumed export replaces). Everything read back is untrusted:
+JSON and .npy only (never pickle), regular files only (never through a symlink: `xtr.fileio`),
+sizes checked before anything is allocated from them, with errors that name the file.
 """
 import hashlib
 import json
+import math
 import os
 import posixpath
 import re
-from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from xtr import fileio
 from xtr import storage
 
 FORMAT = 2
 MANIFEST = "manifest.json"
 WRITER = "writer.json"
+LOCK = "export.lock"  # flock-ed while an export or repair writes the directory.
 DOC_IDS = "doc_ids.jsonl"
 DOC_OFFSETS = "doc_offsets.npy"
 SCANN_TOKENS = "scann_tokens.npy"
 SCANN_DIR = "scann"
+VOCABULARY_DIR = "vocabulary"  # The export's copy of the model's vocabulary file.
 DTYPES = ("float32", "float16")
 # `xtr-export --store_vectors`: the stored token vectors' dtype, or none (an index for f_XTR'
 # only: ScaNN and the document map, no float vectors for refinement or brute force).
@@ -48,26 +52,20 @@ def chunk_files(index_dir: str, chunk: int) -> dict[str, str]:
                             ("chunk", "json"))}
 
 
-def atomic_write(path: str, write: Callable[[BinaryIO], None], tmp: str | None = None) -> None:
-  """Writes `path` through a temporary (`path.tmp` by default) and a rename: `path` is either
-  absent or complete."""
-  tmp = tmp or path + ".tmp"
-  with open(tmp, "wb") as f:
-    write(f)
-  os.replace(tmp, path)
-
-
-def write_json(path: str, value: Any, tmp: str | None = None) -> None:
-  atomic_write(path, lambda f: f.write(json.dumps(value, indent=1, sort_keys=True).encode()), tmp)
+def write_json(path: str, value: Any, unique: bool = False) -> None:
+  """Writes `value` to `path` atomically (`fileio.atomic_write`)."""
+  fileio.atomic_write(
+      path, lambda f: f.write(json.dumps(value, indent=1, sort_keys=True).encode()), unique)
 
 
 def write_npy(path: str, array: np.ndarray) -> None:
-  atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+  fileio.atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
 
 
 def read_json(path: str) -> Any:
-  """The JSON value in `path`; a ValueError naming the file if it is not valid JSON."""
-  with open(path, "rb") as f:
+  """The JSON value in the regular file `path`; a ValueError naming the file if it is not valid
+  JSON (`fileio.UnsafeFileError` if it is a symlink, FIFO, ...)."""
+  with fileio.open_regular(path) as f:
     try:
       return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -85,17 +83,22 @@ def json_line(line: bytes, path: str, line_number: int) -> Any:
 
 
 def sha256(path: str) -> str:
-  """The sha256 of the file at `path` (local or gs://)."""
-  digest = hashlib.sha256()
+  """The sha256 of a file the user named (local or gs://, symlinks followed)."""
   with storage.open_binary(path) as f:
-    for block in iter(lambda: f.read(1 << 24), b""):
-      digest.update(block)
+    return _digest(f)
+
+
+def _digest(f: BinaryIO) -> str:
+  digest = hashlib.sha256()
+  for block in iter(lambda: f.read(1 << 24), b""):
+    digest.update(block)
   return digest.hexdigest()
 
 
 def record(path: str) -> dict[str, Any]:
-  """{"sha256", "size"} of the file at `path`: how a manifest lists it."""
-  return {"sha256": sha256(path), "size": os.path.getsize(path)}
+  """{"sha256", "size"} of the regular file `path` inside an index: how a manifest lists it."""
+  with fileio.open_regular(path) as f:
+    return {"sha256": _digest(f), "size": os.fstat(f.fileno()).st_size}
 
 
 def bytes_by_kind(manifest: dict[str, Any]) -> dict[str, int]:
@@ -121,17 +124,31 @@ def scann_bytes(manifest: dict[str, Any]) -> int:
 
 
 def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-  """Memory-maps `path`, checking its shape and dtype against the index's records."""
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path} is missing: the token index is damaged.")
+  """Memory-maps the regular file `path` (symlinks refused), checking its header's shape and
+  dtype against the index's records and its size against theirs before mapping it."""
   try:
-    array = np.load(path, mmap_mode="r", allow_pickle=False)
-  except ValueError as e:
-    raise DamagedIndexError(f"{path} is unreadable ({e}): the token index is damaged.") from e
-  if array.shape != shape or array.dtype != np.dtype(dtype):
-    raise DamagedIndexError(f"{path} holds {array.dtype}{list(array.shape)}, expected "
-                            f"{dtype}{list(shape)}: the token index is damaged.")
-  return array
+    f = fileio.open_regular(path)
+  except FileNotFoundError:
+    raise FileNotFoundError(f"{path} is missing: the token index is damaged.") from None
+  with f:
+    try:
+      version = np.lib.format.read_magic(f)
+      header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                np.lib.format.read_array_header_2_0)(f)
+    except ValueError as e:
+      raise DamagedIndexError(f"{path} is unreadable ({e}): the token index is damaged.") from e
+    found_shape, fortran_order, found_dtype = header
+    if found_shape != shape or found_dtype != np.dtype(dtype) or fortran_order:
+      raise DamagedIndexError(f"{path} holds {found_dtype}{list(found_shape)}, expected "
+                              f"{dtype}{list(shape)}: the token index is damaged.")
+    size = os.fstat(f.fileno()).st_size
+    expected = f.tell() + math.prod(shape) * found_dtype.itemsize
+    if size != expected:
+      raise DamagedIndexError(f"{path} is {size} bytes, its header says {expected}: the token "
+                              "index is damaged.")
+    if not math.prod(shape):  # mmap cannot map 0 bytes.
+      return np.zeros(shape, dtype)
+    return np.memmap(f, dtype, "r", f.tell(), shape)
 
 
 _FIELDS = {"format": int, "dim": int, "dtype": str, "model": dict, "fingerprint": str,
@@ -157,6 +174,11 @@ def check_manifest(manifest: Any, path: str) -> None:
       refuse(f"field '{field}' is missing or not a {kind.__name__}")
   if manifest["format"] != FORMAT:
     refuse(f"format {manifest['format']}, expected {FORMAT}")
+  if manifest["num_docs"] < 0 or manifest["num_tokens"] < 0 or manifest["docs_per_chunk"] < 1:
+    refuse("num_docs, num_tokens or docs_per_chunk is out of range")
+  if len(manifest["chunks"]) != math.ceil(manifest["num_docs"] / manifest["docs_per_chunk"]):
+    refuse(f"{len(manifest['chunks'])} chunks of docs_per_chunk = {manifest['docs_per_chunk']} "
+           f"cannot hold num_docs = {manifest['num_docs']}")
   if manifest["dtype"] not in DTYPES:
     refuse(f"dtype {manifest['dtype']!r} is not one of {DTYPES}")
   for relative, record in manifest["files"].items():
@@ -187,3 +209,20 @@ def check_manifest(manifest: Any, path: str) -> None:
   for required in (DOC_IDS, DOC_OFFSETS):
     if required not in manifest["files"]:
       refuse(f"files does not list {required}")
+
+
+def check_offsets(offsets: np.ndarray, manifest: dict[str, Any], path: str) -> None:
+  """Refuses doc offsets [N + 1] that do not start at 0, decrease, end elsewhere than at
+  num_tokens or disagree with the chunks' token counts: what the reader allocates from them is
+  then bounded by the index's files."""
+  def refuse(problem: str):
+    raise DamagedIndexError(f"{path} {problem}: the token index is damaged.")
+
+  if offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+    refuse("does not start at 0 and increase")
+  if offsets[-1] != manifest["num_tokens"]:
+    refuse(f"ends at {offsets[-1]}, not at num_tokens = {manifest['num_tokens']}")
+  bounds = np.minimum(np.arange(len(manifest["chunks"]) + 1) * manifest["docs_per_chunk"],
+                      manifest["num_docs"])
+  if np.diff(offsets[bounds]).tolist() != [c["num_tokens"] for c in manifest["chunks"]]:
+    refuse("disagrees with the token counts of the chunks")

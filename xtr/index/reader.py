@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from xtr import fileio
 from xtr.index import exact
 from xtr.index import files
 from xtr.index import scann_search
@@ -21,9 +22,8 @@ class _Shard:
 
   def __init__(self, path: str, verify: str):
     manifest_path = os.path.join(path, files.MANIFEST)
-    if not os.path.exists(manifest_path):
-      raise ValueError(f"{path} is an incomplete token index (no {files.MANIFEST}): finish its "
-                       "export.")
+    if not os.path.lexists(manifest_path):
+      raise _incomplete(path)
     self.path = path
     self.manifest = files.read_json(manifest_path)
     files.check_manifest(self.manifest, manifest_path)
@@ -34,11 +34,12 @@ class _Shard:
     self._verifier.check_sizes()
     self._verifier.check([files.DOC_IDS, files.DOC_OFFSETS])
     self.doc_ids = self._read_doc_ids()
-    self.doc_offsets = files.load_npy(os.path.join(path, files.DOC_OFFSETS),
-                                      (self.num_docs + 1,), "int64")
+    offsets_path = os.path.join(path, files.DOC_OFFSETS)
+    self.doc_offsets = np.asarray(files.load_npy(offsets_path, (self.num_docs + 1,), "int64"))
+    files.check_offsets(self.doc_offsets, self.manifest, offsets_path)
     self.has_vectors = self.manifest.get("vectors_stored", True)
     self._chunk_vectors = [
-        files.load_npy(os.path.join(path, chunk["file"]), (chunk["num_tokens"], self.dim),
+        files.load_npy(self._file(chunk["file"]), (chunk["num_tokens"], self.dim),
                        self.manifest["dtype"]) for chunk in self.manifest["chunks"]
         if self.has_vectors]
     self.has_salience = bool(self.manifest["model"].get("salience"))
@@ -46,7 +47,7 @@ class _Shard:
       raise files.DamagedIndexError(f"{manifest_path}: the model's salience and the chunks' "
                                     "salience files disagree; the token index is damaged.")
     self._chunk_saliences = [
-        files.load_npy(os.path.join(path, chunk["salience_file"]), (chunk["num_tokens"],),
+        files.load_npy(self._file(chunk["salience_file"]), (chunk["num_tokens"],),
                        "float32") for chunk in self.manifest["chunks"] if self.has_salience]
     self._unverified_chunks = [c[key] for c in self.manifest["chunks"]
                                for key in files.CHUNK_FILES if key in c]
@@ -63,9 +64,25 @@ class _Shard:
     self._scann = None
     self._doc_of_token = None  # [T] int32 local doc of each token, built by `locate`.
 
+  def _file(self, relative: str) -> str:
+    """The path of a file that the manifest lists (`fileio.inside` the index)."""
+    return fileio.inside(self.path, relative)
+
+  def vocabulary_file(self) -> str:
+    """The index's copy of its model's vocabulary file, verified."""
+    vocabulary = self.manifest["model"].get("vocabulary")
+    recorded = vocabulary.get("path") if isinstance(vocabulary, dict) else None
+    if not isinstance(recorded, str) or recorded not in self.manifest["files"]:
+      raise ValueError(
+          f"{os.path.join(self.path, files.MANIFEST)} records the vocabulary {recorded!r}, "
+          "which is not a file of the index (it was exported before xtr kept a copy of its "
+          "vocabulary): search it with --vocabulary=PATH, a local copy of that file.")
+    self._verifier.check([recorded])
+    return self._file(recorded)
+
   def _read_doc_ids(self) -> list[str]:
     path = os.path.join(self.path, files.DOC_IDS)
-    with open(path, "rb") as f:
+    with fileio.open_regular(path) as f:
       doc_ids = [files.json_line(line, path, n) for n, line in enumerate(f, start=1)]
     if len(doc_ids) != self.num_docs or not all(isinstance(d, str) for d in doc_ids):
       raise files.DamagedIndexError(f"{path}: expected {self.num_docs} doc id strings.")
@@ -218,6 +235,10 @@ class TokenIndex:
     for shard in self._shards:
       shard.verify()
 
+  def vocabulary_file(self) -> str:
+    """The index's copy of its model's vocabulary file (the first shard's), verified."""
+    return self._shards[0].vocabulary_file()
+
   def load_scann(self) -> None:
     """Verifies and loads every shard's ScaNN searcher now rather than at the first search."""
     for shard in self._shards:
@@ -332,7 +353,7 @@ def _shard_dirs(root: str) -> list[str]:
   if len(num_shards) != 1 or set(found) != expected:
     raise ValueError(f"{root}: shard directories {sorted(found)} are not one complete set "
                      f"(missing {sorted(expected - set(found))}).")
-  return [os.path.join(root, name) for name in sorted(found)]
+  return [fileio.inside(root, name) for name in sorted(found)]
 
 
 def open_index(path: str, verify: str = "fast") -> TokenIndex:
@@ -348,14 +369,27 @@ def open_index(path: str, verify: str = "fast") -> TokenIndex:
   """
   if not os.path.isdir(path):
     raise FileNotFoundError(f"no token index at {path}: not a directory")
-  if (os.path.exists(os.path.join(path, files.MANIFEST))
-      or os.path.exists(os.path.join(path, files.WRITER))):
+  if (os.path.lexists(os.path.join(path, files.MANIFEST))
+      or os.path.lexists(os.path.join(path, files.WRITER))):
     return TokenIndex(path, [_Shard(path, verify)])
   shard_dirs = _shard_dirs(path)
   if not shard_dirs:
     raise FileNotFoundError(f"no token index at {path}: neither {files.MANIFEST} nor "
                             "shard-*-of-* subdirectories")
   return TokenIndex(path, [_Shard(d, verify) for d in shard_dirs])
+
+
+def _incomplete(path: str) -> ValueError:
+  """Why the index at `path` has no manifest: a repair or export writing it, or a killed one."""
+  holder = fileio.holder(os.path.join(path, files.LOCK))
+  if holder and holder.startswith("repair"):
+    return ValueError(f"the token index at {path} is being repaired ({holder}): search again "
+                      "when the repair has finished.")
+  if holder:
+    return ValueError(f"the token index at {path} is being exported ({holder}): search again "
+                      "when the export has finished.")
+  return ValueError(f"{path} is an incomplete token index (no {files.MANIFEST}): finish its "
+                    "export (or rerun the interrupted --repair).")
 
 
 def check_compatible(manifest: dict[str, Any], dim: int, fingerprint: str) -> None:

@@ -11,13 +11,13 @@ partitions may land in either (measured: 1 of SciFact's 1,242,251 tokens, in one
 import dataclasses
 import math
 import os
-import shutil
 from typing import Any
 
 import gin
 import numpy as np
 from scann.scann_ops.py import scann_ops_pybind
 
+from xtr import fileio
 from xtr.index import files
 
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
@@ -107,10 +107,9 @@ def write(searcher: scann_ops_pybind.ScannSearcher, index_dir: str) -> dict[str,
   """
   final = os.path.join(index_dir, files.SCANN_DIR)
   tmp = final + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
-  os.makedirs(tmp)
+  fileio.remove_stale(tmp)
+  os.mkdir(tmp)
   searcher.serialize(tmp, relative_path=True)
-  shutil.rmtree(final, ignore_errors=True)
-  os.replace(tmp, final)
+  fileio.replace_dir(tmp, final)
   return {f"{files.SCANN_DIR}/{name}": files.record(os.path.join(final, name))
           for name in sorted(os.listdir(final))}

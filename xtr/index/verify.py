@@ -8,12 +8,15 @@ Modes (`--verify` of the search tools):
         skip it while all of them are unchanged. A copied, extracted or rewritten file gets a new
         ctime or inode, so a record that came with a downloaded index never vouches for it;
   off   sizes only.
-Sizes are checked in every mode: a missing, truncated or extended file is refused at open.
+Sizes are checked in every mode: a missing, truncated or extended file is refused at open, and
+so is a listed name that is a symlink, FIFO or device (`xtr.fileio`).
 """
 import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
+from xtr import fileio
 from xtr.index import files
 
 MODES = ("full", "fast", "off")
@@ -43,16 +46,18 @@ class Verifier:
     self._checked = set()
 
   def _path(self, relative: str) -> str:
-    return os.path.join(self.index_dir, relative)
+    return fileio.inside(self.index_dir, relative)
 
   def check_sizes(self) -> None:
-    """Refuses a listed file that is missing or whose size differs from the manifest's."""
+    """Refuses a listed file that is missing, not a regular file, or whose size differs from
+    the manifest's."""
     for relative, expected in self.listed.items():
       path = self._path(relative)
-      if not os.path.isfile(path):
+      try:
+        size = fileio.regular_size(path)
+      except FileNotFoundError:
         raise FileNotFoundError(f"{path} is missing: the token index is damaged. "
-                                + repair_hint(self.index_dir))
-      size = os.path.getsize(path)
+                                + repair_hint(self.index_dir)) from None
       if size != expected["size"]:
         raise files.DamagedIndexError(
             f"{path} is damaged: {size} bytes, the manifest records {expected['size']}. "
@@ -68,11 +73,11 @@ class Verifier:
     updated = False
     for relative in todo:
       path, expected = self._path(relative), self.listed[relative]["sha256"]
-      stat = os.stat(path)
+      stat = os.lstat(path)
       large = self.mode == "fast" and stat.st_size > SMALL_FILE
       if large and records.get(relative) == _stamp(stat, expected):
         continue
-      if files.sha256(path) != expected:
+      if files.record(path)["sha256"] != expected:
         raise files.DamagedIndexError(
             f"{path} is damaged: its sha256 differs from the one its manifest records. "
             + repair_hint(self.index_dir))
@@ -83,7 +88,7 @@ class Verifier:
       self._write_records(records)
 
   def _read_records(self) -> dict[str, Any]:
-    path = self._path(RECORD)
+    path = os.path.join(self.index_dir, RECORD)
     try:
       records = files.read_json(path)
     except (OSError, files.DamagedIndexError):
@@ -91,9 +96,9 @@ class Verifier:
     return records if isinstance(records, dict) else {}
 
   def _write_records(self, records: dict[str, Any]) -> None:
-    path = self._path(RECORD)
-    try:  # A process-unique temporary: concurrent readers may record at once.
-      files.write_json(path, records, tmp=f"{path}.tmp{os.getpid()}")
+    path = os.path.join(self.index_dir, RECORD)
+    try:  # A fresh temporary of its own: concurrent readers may record at once.
+      files.write_json(path, records, unique=True)
     except OSError as e:
-      print(f"Note: cannot record verified files in {path} ({e.strerror}); the next open "
-            "verifies them again.", flush=True)
+      print(f"Note: cannot record verified files ({e}); the next open verifies them again.",
+            file=sys.stderr, flush=True)

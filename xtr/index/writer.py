@@ -2,60 +2,67 @@
 
 Chunk c holds docs c * docs_per_chunk onwards, in corpus order; token ids are row numbers in the
 concatenation of the chunks. `writer.json` records the settings (model, checkpoint fingerprint,
-corpus sha256 and document range, pruning, ...): a resumed export with other settings is refused.
+corpus sha256 and document range, pruning, ...): an export, resume or repair of a directory
+whose recorded settings differ in what the vectors depend on is refused before it changes a
+file. The lock (`export.lock`) is taken first; every file is written through `xtr.fileio` (no
+name planted in the directory redirects a write).
 
 Pruning (ALIGNER §3.2): with `prune_doc` = β_d, ScaNN indexes only the top ⌈β_d·m⌉ tokens of each
 document by salience (`salience.kept`); the chunks keep every token vector, for refinement.
 `reprune` writes another pruning of a complete index without re-encoding: it links the chunks.
 """
-import fcntl
+import hashlib
 import json
 import os
-import shutil
-import socket
+import posixpath
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from xtr import fileio
 from xtr import salience as salience_lib
+from xtr import storage
 from xtr.index import files
 from xtr.index import scann
 from xtr.index import verify
 
-LOCK = "export.lock"
+DOCS_PER_CHUNK = 1000  # when neither the caller nor the directory's settings say
+# The settings that the vectors and the chunks depend on: an export, resume or repair must
+# match them. The gin text (kept for the record) and the paths of the corpus and vocabulary
+# files (their sha256s count) may differ.
+_PROVENANCE = ("format", "dim", "dtype", "model", "fingerprint", "docs_per_chunk", "corpus",
+               "prune_doc", "vectors_stored")
 
 
-class _Lock:
-  """An exclusive flock on out_dir/export.lock, held while the lock (or its process) lives: the
-  kernel drops it when the process dies, so a killed export never leaves it stuck."""
+class IndexComplete(FileExistsError):
+  """The directory is already a complete index of these settings: there is nothing to do."""
 
-  def __init__(self, out_dir: str):
-    self.path = os.path.join(out_dir, LOCK)
-    self._file = open(self.path, "a+b")  # pylint: disable=consider-using-with
-    try:
-      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      self._file.seek(0)
-      holder = self._file.read(200).decode(errors="replace").strip() or "unknown"
-      self._file.close()
-      raise RuntimeError(f"{out_dir} is being written by another export ({holder}, holding "
-                         f"{self.path}); wait for it to finish or use another --out.") from None
-    self._file.truncate(0)
-    self._file.write(f"process {os.getpid()} on {socket.gethostname()}\n".encode())
-    self._file.flush()
 
-  def release(self) -> None:
-    os.remove(self.path)
-    self._file.close()
+def _without_path(record: Any) -> Any:
+  return {k: v for k, v in record.items() if k != "path"} if isinstance(record, dict) else record
 
 
 def _changed_settings(previous: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-  """The keys whose values differ; the corpus's path may change (a moved file), not its bytes."""
-  without_path = lambda s: {**s, "corpus": {k: v for k, v in s.get("corpus", {}).items()
-                                            if k != "path"}}
-  previous, settings = without_path(previous), without_path(settings)
-  return sorted(k for k in settings.keys() | previous.keys() if settings.get(k) != previous.get(k))
+  """The provenance keys whose values differ (paths of the same files do not count)."""
+  def provenance(s):
+    model = s.get("model")
+    if isinstance(model, dict) and "vocabulary" in model:
+      model = {**model, "vocabulary": _without_path(model["vocabulary"])}
+    return {**{k: s.get(k) for k in _PROVENANCE}, "model": model,
+            "corpus": _without_path(s.get("corpus"))}
+
+  previous, settings = provenance(previous), provenance(settings)
+  return [k for k in _PROVENANCE if previous[k] != settings[k]]
+
+
+def _vocabulary_copy(model: dict[str, Any]) -> dict[str, Any]:
+  """`model` with its vocabulary's path where the index keeps its copy: vocabulary/<name>."""
+  if "vocabulary" not in model:
+    return model
+  name = posixpath.basename(model["vocabulary"]["path"].rstrip("/"))
+  return {**model, "vocabulary": {**model["vocabulary"],
+                                  "path": f"{files.VOCABULARY_DIR}/{name}"}}
 
 
 class IndexWriter:
@@ -68,13 +75,17 @@ class IndexWriter:
   """
 
   def __init__(self, out_dir: str, dim: int, dtype: str, model: dict[str, Any],
-               fingerprint: str, docs_per_chunk: int, corpus: dict[str, Any],
+               fingerprint: str, docs_per_chunk: int | None, corpus: dict[str, Any],
                gin_config: str = "", prune_doc: float | None = None,
-               store_vectors: bool = True):
-    """
+               store_vectors: bool = True, repair: bool = False, vocabulary: str | None = None):
+    """Takes the directory's lock, then checks these settings against those it records (if
+    any) before it changes anything.
+
     Args:
       model: the encoder as data (`xtr.model_spec.describe`, plus the encoder's lengths); a
-        model with a "salience" gate writes each token's salience.
+        model with a "salience" gate writes each token's salience. Its vocabulary file is
+        copied into the index (`vocabulary/<name>`), where the manifest records it.
+      docs_per_chunk: None: the directory's recorded value (resume, repair), else 1000.
       corpus: {"path", "sha256", "docs": [first, stop), "total_docs"}: what the directory holds.
       gin_config: the exporting run's gin config, stored for provenance only (never parsed).
       prune_doc: β_d in (0, 1]: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by salience
@@ -82,6 +93,15 @@ class IndexWriter:
       store_vectors: keep the token vectors in the index (`dtype`). False: they are written in
         `dtype` while the export runs (for resuming and for ScaNN) and deleted once the
         manifest is written, which then records "vectors_stored": false.
+      repair: a complete index of the same settings is verified in full (`repair_report`
+        says what was found) and made resumable from its first damaged chunk; without it, it
+        raises IndexComplete.
+      vocabulary: the vocabulary file to copy (default: the path `model` records).
+
+    Raises:
+      ValueError: the directory holds an export or index of other settings (nothing changed).
+      IndexComplete: the directory is a complete index of these settings and not `repair`.
+      fileio.LockedError: another export or repair is writing the directory.
     """
     if str(np.dtype(dtype)) not in files.DTYPES:
       raise ValueError(f"dtype {dtype} is not one of {files.DTYPES}")
@@ -89,34 +109,84 @@ class IndexWriter:
       raise ValueError(f"prune_doc={prune_doc} needs a model with salience heads and a value in "
                        "(0, 1]")
     self.out_dir = out_dir
-    os.makedirs(os.path.join(out_dir, "chunks"), exist_ok=True)
-    self._lock = _Lock(out_dir)
-    if os.path.exists(os.path.join(out_dir, files.MANIFEST)):
+    os.makedirs(out_dir, exist_ok=True)
+    lock = os.path.join(out_dir, files.LOCK)
+    self._lock = fileio.Lock(
+        lock, "repair" if repair else "export",
+        lambda holder: f"{out_dir} is being written by another export ({holder}, holding {lock}); "
+                       "wait for it to finish or use another --out.")
+    try:
+      fileio.make_dir(os.path.join(out_dir, "chunks"))
+      previous = self._recorded(files.WRITER)
+      manifest = self._recorded(files.MANIFEST)
+      if docs_per_chunk is None:
+        docs_per_chunk = (previous or manifest or {}).get("docs_per_chunk", DOCS_PER_CHUNK)
+      # The JSON round trip makes `settings` compare equal to the settings read back on resume.
+      self.settings = json.loads(json.dumps({
+          "format": files.FORMAT, "dim": dim, "dtype": str(np.dtype(dtype)),
+          "model": _vocabulary_copy(model), "fingerprint": fingerprint,
+          "docs_per_chunk": docs_per_chunk, "corpus": corpus, "gin_config": gin_config,
+          "prune_doc": prune_doc,
+          # Only when false, so that the settings of other exports stay as they were.
+          **({} if store_vectors else {"vectors_stored": False})}))
+      self.repair_report = self._check(previous, manifest, repair)
+      self._copy_vocabulary(vocabulary or model.get("vocabulary", {}).get("path"))
+    except BaseException:
       self._lock.release()
-      raise FileExistsError(f"{os.path.join(out_dir, files.MANIFEST)} exists: the index is "
-                            "complete.")
-    # The JSON round trip makes `settings` compare equal to the settings read back on resume.
-    self.settings = json.loads(json.dumps({
-        "format": files.FORMAT, "dim": dim, "dtype": str(np.dtype(dtype)), "model": model,
-        "fingerprint": fingerprint, "docs_per_chunk": docs_per_chunk, "corpus": corpus,
-        "gin_config": gin_config, "prune_doc": prune_doc,
-        # Only when false, so that the settings of other exports stay as they were.
-        **({} if store_vectors else {"vectors_stored": False})}))
-    self._check_or_write_settings()
+      raise
     self._next_chunk = self.completed_chunks()
 
-  def _check_or_write_settings(self) -> None:
-    path = os.path.join(self.out_dir, files.WRITER)
-    if not os.path.exists(path):
-      files.write_json(path, self.settings)
+  def _recorded(self, name: str) -> dict[str, Any] | None:
+    """The settings recorded in the directory's `name` (writer.json or manifest.json), if any."""
+    path = os.path.join(self.out_dir, name)
+    if not os.path.lexists(path):
+      return None
+    recorded = files.read_json(path)
+    if name == files.MANIFEST:
+      files.check_manifest(recorded, path)
+    elif not isinstance(recorded, dict):
+      raise files.DamagedIndexError(f"{path}: not a JSON object; the token index is damaged.")
+    return recorded
+
+  def _check(self, previous: dict[str, Any] | None, manifest: dict[str, Any] | None,
+             repair: bool) -> str | None:
+    """Refuses settings that differ from the recorded ones; adopts those (so that a resumed
+    export writes what the interrupted one would have); prepares a repair. Returns the repair
+    report (None: nothing to repair)."""
+    for name, recorded in ((files.MANIFEST, manifest), (files.WRITER, previous)):
+      changed = [] if recorded is None else _changed_settings(recorded, self.settings)
+      if changed:
+        raise ValueError(
+            f"{os.path.join(self.out_dir, name)}: this index was exported with other settings "
+            f"({', '.join(changed)} differ: {[recorded.get(k) for k in changed]} before, "
+            f"{[self.settings.get(k) for k in changed]} now); nothing was changed. Export into "
+            "a new directory.")
+    if manifest is not None and not repair:
+      drop_unstored_vectors(self.out_dir, manifest)
+      raise IndexComplete(f"{self.out_dir} is already a complete index of this checkpoint and "
+                          "corpus; nothing to do (--repair verifies it and redoes what is "
+                          "damaged).")
+    if previous is None:
+      files.write_json(os.path.join(self.out_dir, files.WRITER), self.settings)
+    else:
+      self.settings = previous
+    return None if manifest is None else _prepare_repair(self.out_dir, manifest)
+
+  def _copy_vocabulary(self, source: str | None) -> None:
+    """Copies the model's vocabulary file from `source` into the index, unless its copy there
+    is intact (an index written before xtr kept a copy records a path outside: left as is)."""
+    vocab = self.settings["model"].get("vocabulary")
+    if vocab is None or not vocab["path"].startswith(files.VOCABULARY_DIR + "/"):
       return
-    previous = files.read_json(path)
-    changed = _changed_settings(previous, self.settings)
-    if changed:
-      self._lock.release()
-      raise ValueError(f"{path}: this export was started with other settings ({', '.join(changed)}"
-                       f" differ: {[previous.get(k) for k in changed]} before, "
-                       f"{[self.settings.get(k) for k in changed]} now); use a new directory.")
+    fileio.make_dir(os.path.join(self.out_dir, files.VOCABULARY_DIR))
+    path = fileio.inside(self.out_dir, vocab["path"])
+    if os.path.lexists(path) and files.record(path)["sha256"] == vocab["sha256"]:
+      return
+    data = storage.read_bytes(source)
+    if hashlib.sha256(data).hexdigest() != vocab["sha256"]:
+      raise ValueError(f"the vocabulary {source} is not the one the index records (sha256 "
+                       f"{vocab['sha256']}): export with the model's own vocabulary.")
+    fileio.atomic_write(path, lambda f: f.write(data))
 
   def completed_chunks(self) -> int:
     """Number of chunks 0, 1, ... whose files are all complete on disk."""
@@ -183,8 +253,8 @@ class IndexWriter:
     sources = files.chunk_files(source_dir, chunk_id)
     # The chunk record comes last: its presence marks the chunk complete.
     for name, dst in files.chunk_files(self.out_dir, chunk_id).items():
-      if os.path.exists(sources[name]):
-        _link(sources[name], dst)
+      if os.path.lexists(sources[name]):
+        fileio.link_or_copy(sources[name], dst)
     self._next_chunk += 1
 
   def finalize(self, scann_config: scann.ScannConfig | None = None) -> dict[str, Any]:
@@ -227,18 +297,31 @@ class IndexWriter:
     listed.update(scann.write(searcher, self.out_dir))
     doc_ids = [doc_id for meta in metas for doc_id in meta["doc_ids"]]
     doc_ids_path = os.path.join(self.out_dir, files.DOC_IDS)
-    files.atomic_write(doc_ids_path,
-                       lambda f: f.write("".join(json.dumps(i) + "\n" for i in doc_ids).encode()))
+    fileio.atomic_write(doc_ids_path,
+                        lambda f: f.write("".join(json.dumps(i) + "\n" for i in doc_ids).encode()))
     offsets_path = os.path.join(self.out_dir, files.DOC_OFFSETS)
     files.write_npy(offsets_path, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]))
     listed[files.DOC_IDS] = files.record(doc_ids_path)
     listed[files.DOC_OFFSETS] = files.record(offsets_path)
+    listed.update(self._listed_vocabulary())
     manifest = {**self.settings, "num_docs": len(doc_ids), "num_tokens": sum(lengths),
                 "num_indexed_tokens": num_indexed, "scann": scann_settings, "chunks": chunks,
                 "files": dict(sorted(listed.items()))}
     files.write_json(os.path.join(self.out_dir, files.MANIFEST), manifest)
     drop_unstored_vectors(self.out_dir, manifest)
     return manifest
+
+  def _listed_vocabulary(self) -> dict[str, Any]:
+    """{relative path: record} of the index's copy of its vocabulary, checked ({}: none)."""
+    vocab = self.settings["model"].get("vocabulary")
+    if vocab is None or not vocab["path"].startswith(files.VOCABULARY_DIR + "/"):
+      return {}
+    path = fileio.inside(self.out_dir, vocab["path"])
+    record = files.record(path)
+    if record["sha256"] != vocab["sha256"]:
+      raise files.DamagedIndexError(f"{path} is damaged: its sha256 differs from the model's "
+                                    "vocabulary. " + verify.repair_hint(self.out_dir))
+    return {vocab["path"]: record}
 
   def _indexed_tokens(self, chunks: list[dict[str, Any]], lengths: list[int]) -> np.ndarray | None:
     """[T_kept] int64: the tokens ScaNN indexes after pruning (None: all of them)."""
@@ -288,7 +371,7 @@ def drop_unstored_vectors(out_dir: str, manifest: dict[str, Any]) -> None:
   for chunk in range(len(manifest["chunks"])):
     for name in ("vectors", "doc_index"):
       path = files.chunk_files(out_dir, chunk)[name]
-      if os.path.exists(path):
+      if os.path.lexists(path):
         os.remove(path)
 
 
@@ -315,9 +398,15 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
   if not source.get("vectors_stored", True):
     raise ValueError(f"{source_dir} was exported with --store_vectors=none: it has no token "
                      "vectors to build another ScaNN from. Export from the corpus instead.")
+  vocabulary = source["model"].get("vocabulary")
+  if vocabulary is not None and vocabulary.get("path") not in source["files"]:
+    raise ValueError(f"{manifest_path}: the vocabulary {vocabulary.get('path')!r} is not a file "
+                     "of the index (it was written before xtr kept a copy of its vocabulary): "
+                     "export from the corpus instead.")
   writer = IndexWriter(out_dir, source["dim"], source["dtype"], source["model"],
                        source["fingerprint"], source["docs_per_chunk"], source["corpus"],
-                       source["gin_config"], prune_doc, store_vectors)
+                       source["gin_config"], prune_doc, store_vectors,
+                       vocabulary=vocabulary and _regular(source_dir, vocabulary["path"]))
   for chunk in range(writer.completed_chunks(), len(source["chunks"])):
     writer.link_chunk(chunk, source_dir)
   manifest = writer.finalize(scann_config)
@@ -325,32 +414,28 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
   return manifest
 
 
-def _link(src: str, dst: str) -> None:
-  """Hard-links `src` at `dst` through `dst.tmp` and a rename, or copies it across file systems."""
-  tmp = dst + ".tmp"
-  if os.path.exists(tmp):
-    os.remove(tmp)
-  try:
-    os.link(src, tmp)
-  except OSError:
-    shutil.copyfile(src, tmp)
-  os.replace(tmp, dst)
+def _regular(index_dir: str, relative: str) -> str:
+  """index_dir/relative, a regular file inside the index (`fileio.inside`)."""
+  path = fileio.inside(index_dir, relative)
+  fileio.regular_size(path)
+  return path
 
 
-def prepare_repair(out_dir: str) -> str:
+def _prepare_repair(out_dir: str, manifest: dict[str, Any]) -> str:
   """Makes a damaged complete index resumable: the export then redoes only what is damaged.
 
   Verifies every file of `out_dir` in full; removes the manifest, and the chunk records from the
   first chunk whose files do not verify on (the resumed export re-encodes from there; ScaNN, doc
-  ids and offsets are always rebuilt). Returns what it found, for the user.
+  ids and offsets are always rebuilt). A listed name that is a symlink or another non-regular
+  file is refused before anything is removed. Returns what it found, for the user.
   """
-  manifest_path = os.path.join(out_dir, files.MANIFEST)
-  manifest = files.read_json(manifest_path)
-  files.check_manifest(manifest, manifest_path)
   damaged = []
   for relative, expected in manifest["files"].items():
-    path = os.path.join(out_dir, relative)
-    if not os.path.isfile(path) or files.record(path) != expected:
+    try:
+      intact = files.record(fileio.inside(out_dir, relative)) == expected
+    except FileNotFoundError:
+      intact = False
+    if not intact:
       damaged.append(relative)
   chunk_records = lambda c: os.path.relpath(files.chunk_files(out_dir, c)["chunk"], out_dir)
   bad_chunks = [c for c, chunk in enumerate(manifest["chunks"])
@@ -361,7 +446,7 @@ def prepare_repair(out_dir: str) -> str:
     first_bad = 0  # Rebuilding ScaNN needs every token vector: re-encode them all.
   os.remove(os.path.join(out_dir, files.MANIFEST))
   for chunk in range(first_bad, len(manifest["chunks"])):
-    if os.path.exists(files.chunk_files(out_dir, chunk)["chunk"]):
+    if os.path.lexists(files.chunk_files(out_dir, chunk)["chunk"]):
       os.remove(files.chunk_files(out_dir, chunk)["chunk"])
   if first_bad == len(manifest["chunks"]):
     return f"{out_dir}: every file verifies; rebuilding ScaNN, doc ids and offsets."
