@@ -29,15 +29,17 @@ def _random_batch(seed: int, b: int = 2, n: int = 4, c: int = 5, m: int = 6, dim
   return q, _random_mask(rng, b, n), d, _random_mask(rng, c, m)
 
 
-def _naive_retrieval(q, q_mask, d, d_mask, k_train) -> np.ndarray:
-  """A of eq. 2: for each valid query token, its k_train best valid tokens of the whole batch."""
+def _naive_retrieval(q, q_mask, d, d_mask, k_train, excluded=None) -> np.ndarray:
+  """A of eq. 2: for each valid query token, its k_train best valid tokens of the whole batch,
+  leaving out the documents `excluded` [B, C] for its query."""
   b, n = q_mask.shape
   c, m = d_mask.shape
   retrieved = np.zeros((b, n, c, m), dtype=bool)
   for bi in range(b):
     for i in np.flatnonzero(q_mask[bi]):
       candidates = [(-float(np.dot(q[bi, i], d[ci, j])), ci, j)
-                    for ci in range(c) for j in np.flatnonzero(d_mask[ci])]
+                    for ci in range(c) if excluded is None or not excluded[bi, ci]
+                    for j in np.flatnonzero(d_mask[ci])]
       for _, ci, j in sorted(candidates)[:k_train]:
         retrieved[bi, i, ci, j] = True
   return retrieved
@@ -108,6 +110,26 @@ def test_f_colbert_values_and_gradients_match_loop_reference(seed):
   reference_grads = jax.grad(reference_loss, argnums=(0, 1))(q, d)
   for grad, reference in zip(grads, reference_grads):
     np.testing.assert_allclose(grad, reference, atol=1e-5)
+
+
+@pytest.mark.parametrize("k_train", [1, 4, 100])
+def test_excluded_documents_take_no_retrieval_slots(k_train):
+  """A copy of query 0's positive (a false negative) scores like it token for token: excluded, it
+  takes none of query 0's k_train slots, which go to the next tokens as in a loop; other queries
+  still retrieve from it."""
+  q, q_mask, d, d_mask = _random_batch(5)
+  c = d_mask.shape[0]
+  d[c - 1], d_mask[c - 1] = d[0], d_mask[0]
+  excluded = np.zeros((q_mask.shape[0], c), bool)
+  excluded[0, c - 1] = True
+  retrieved = np.asarray(losses.retrieval_mask(losses.token_scores(q, d), q_mask, d_mask, k_train,
+                                               excluded))
+  np.testing.assert_array_equal(retrieved,
+                                _naive_retrieval(q, q_mask, d, d_mask, k_train, excluded))
+  assert not retrieved[0, :, c - 1].any()
+  if k_train == 100:  # Every valid token: the copy's too, for the other queries.
+    assert retrieved[1:, :, c - 1].any()
+  assert retrieved[0].sum() == np.sum(q_mask[0]) * min(k_train, np.sum(d_mask[:-1]))
 
 
 @pytest.mark.parametrize("seed,k_train", [(0, 1), (1, 3), (2, 7), (3, 100)])

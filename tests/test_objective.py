@@ -51,7 +51,8 @@ def _reference(objective_, q, q_mask, d, d_mask, doc_tokens, u_q=None, u_d=None)
   loops), then the masked mean cross-entropy."""
   positive_index = np.arange(B) * K
   scores = losses.token_scores(q, d)
-  retrieved = losses.retrieval_mask(scores, q_mask, d_mask, objective_.k_train)
+  retrieved = losses.retrieval_mask(scores, q_mask, d_mask, objective_.k_train,
+                                    _false_negatives(doc_tokens))
   if objective_.scoring == "xtr":
     f = losses.f_xtr_from_token_scores(scores, retrieved, d_mask)
   elif objective_.scoring == "colbert":
@@ -231,8 +232,10 @@ def test_distillation_term_equals_a_loop(mesh, query_chunk):
   with jax.set_mesh(mesh):
     (value, metrics), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3),
                                                          has_aux=True))(*map(put, (q, d, t_q, t_d)))
-  student = np.asarray(losses.f_xtr(q, q_mask, d, d_mask, 3), np.float64) / 0.5
   false_negative = _false_negatives(doc_tokens)
+  scores = losses.token_scores(q, d)  # f_XTR whose retrieval leaves the false negatives out
+  retrieved = losses.retrieval_mask(scores, q_mask, d_mask, 3, false_negative)
+  student = np.asarray(losses.f_xtr_from_token_scores(scores, retrieved, d_mask), np.float64) / 0.5
   kl, cross_entropy = [], []
   for b in range(B):
     docs = [c for c in range(B * K) if not false_negative[b, c]]

@@ -34,7 +34,7 @@ def token_scores(q: jax.Array, d: jax.Array) -> jax.Array:
 
 
 def retrieval_mask(scores: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
-                   k_train: int) -> jax.Array:
+                   k_train: int, excluded: jax.Array | None = None) -> jax.Array:
   """In-batch token retrieval: A_ij of eq. 2.
 
   Each valid query token retrieves exactly min(k_train, C*m) entries of the flattened [C*m] token
@@ -42,27 +42,33 @@ def retrieval_mask(scores: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
   into a mask. (Thresholding at the k-th value would be cheaper but retrieves more than k_train
   tokens on ties, e.g. duplicated documents in a batch.) Padding document tokens score -inf so they
   are only reached when k_train exceeds the number of valid tokens, and are then masked out.
-  The mask is a constant for autodiff: selection is not differentiated.
+  The mask is a constant for autodiff: selection is not differentiated. Documents `excluded`
+  for a query (its in-batch false negatives: copies of its positive) are left out like padding,
+  so that they take none of its k_train slots.
 
   Args:
     scores: [B, n, C, m] float32 token scores (`token_scores`).
     q_mask: [B, n] bool, True for valid query tokens.
     d_mask: [C, m] bool, True for valid document tokens.
     k_train: number of document tokens each query token retrieves (static).
+    excluded: [B, C] bool, True where query b retrieves nothing of document c (None: none).
 
   Returns:
     [B, n, C, m] bool, True where query token (b, i) retrieved token j of document c; all False for
     padding query tokens.
   """
   b, n, c, m = scores.shape
-  flat = jnp.where(d_mask, scores, -jnp.inf).reshape(b, n, c * m)
+  valid = jnp.broadcast_to(d_mask, (b, 1, c, m))
+  if excluded is not None:
+    valid = valid & ~excluded[:, None, :, None]
+  flat = jnp.where(valid, scores, -jnp.inf).reshape(b, n, c * m)
   _, top = jax.lax.top_k(jax.lax.stop_gradient(flat), min(k_train, c * m))  # [B, n, k]
 
   def scatter(indices: jax.Array) -> jax.Array:
     return jnp.zeros(c * m, dtype=bool).at[indices].set(True)
 
   retrieved = jax.vmap(jax.vmap(scatter))(top).reshape(b, n, c, m)
-  return retrieved & d_mask & q_mask[:, :, None, None]
+  return retrieved & valid & q_mask[:, :, None, None]
 
 
 def f_colbert_from_token_scores(scores: jax.Array, q_mask: jax.Array,

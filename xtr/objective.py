@@ -12,9 +12,10 @@ O(chunk · n · C · m) with `query_chunk` (the chunks are recomputed in the bac
 being stored).
 
 False negatives: a document whose token ids equal a query's positive (the same document, drawn
-again as another query's positive or negative) is not a negative of that query; its score is
-masked out of the softmax. Equal ids is what "the same document" means to the model; it needs no
-document ids from the data (the MS MARCO triples have none).
+again as another query's positive or negative) is not a negative of that query: it is left out
+of the query's top-k_train token retrieval (where its tokens would take other documents' slots)
+and its score out of the softmax. Equal ids is what "the same document" means to the model; it
+needs no document ids from the data (the MS MARCO triples have none).
 
 Shapes: B queries of n tokens, C = B·K documents of m tokens (K per query: rows b·K … b·K+K-1
 belong to query b and row b·K is its positive), D the token vector size, Ld document token ids.
@@ -158,17 +159,18 @@ def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Arra
   (d, d_mask, u_d), doc_tokens, teacher_docs = batch_docs
   (q, q_mask, u_q), positive_index, positive_tokens, teacher_queries = queries
   token_scores = losses.token_scores(q, d)  # [c, n, C, m]
+  same_document = jnp.all(positive_tokens[:, None, :] == doc_tokens[None], axis=-1)  # [c, C]
+  false_negative = same_document & (jnp.arange(d.shape[0]) != positive_index[:, None])
   retrieved = None
   if objective.scoring == "xtr" or objective.token_hit_rate:
-    retrieved = losses.retrieval_mask(token_scores, q_mask, d_mask, objective.k_train)
+    retrieved = losses.retrieval_mask(token_scores, q_mask, d_mask, objective.k_train,
+                                      false_negative)
   if objective.scoring == "xtr":
     scores = losses.f_xtr_from_token_scores(token_scores, retrieved, d_mask)
   elif objective.scoring == "colbert":
     scores = losses.f_colbert_from_token_scores(token_scores, q_mask, d_mask)
   else:
     scores = objective.alignment.from_token_scores(token_scores, q_mask, d_mask, u_q, u_d)
-  same_document = jnp.all(positive_tokens[:, None, :] == doc_tokens[None], axis=-1)  # [c, C]
-  false_negative = same_document & (jnp.arange(d.shape[0]) != positive_index[:, None])
   scores = jnp.where(false_negative, -jnp.inf, scores / objective.temperature)
   sums = {"loss": jnp.sum(losses.in_batch_cross_entropy(scores, positive_index)),
           "accuracy": jnp.sum(losses.in_batch_accuracy(scores, positive_index))}
