@@ -188,15 +188,19 @@ def test_sigterm_saves_the_step_reached_and_resumes_exactly(tmp_path):
                _final_params(stopped, target), _final_params(reference, target))
 
 
-def test_checkpoints_are_saved_once_minutes_have_passed(tmp_path):
-  """save_every_minutes: a save at the first logging step past the interval, not only every
-  save_every_steps steps."""
+def test_a_short_run_saves_by_time_logs_throughput_and_traces(tmp_path, capsys):
+  """save_every_minutes: a save at each logging step past the interval, not only every
+  save_every_steps steps; the log has tokens/s (no MFU on CPU); profile_steps writes a trace."""
   _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'", "trainer.train.num_steps = 6",
                           "trainer.train.log_every_steps = 2",
+                          "trainer.train.profile_steps = (2, 3)",
                           "checkpoints.Checkpointer.save_every_steps = 1000",
                           "checkpoints.Checkpointer.save_every_minutes = 1e-9",
                           "checkpoints.Checkpointer.keep = 100")
   assert _steps(tmp_path) == [1, 2, 4, 6]
+  log = capsys.readouterr().out
+  assert len(re.findall(r"steps/s \| \d+ tokens/s \| eta", log)) == 4 and "MFU" not in log
+  assert list((tmp_path / "profile").rglob("*.xplane.pb"))
 
 
 def test_smoke_run_lowers_the_loss(tmp_path):

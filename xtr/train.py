@@ -11,6 +11,7 @@ SLURM, Open MPI, ...) JAX finds the others by itself; elsewhere name the coordin
 from typing import Sequence
 
 import jax
+import tensorflow as tf
 from absl import app
 from absl import flags
 
@@ -25,11 +26,31 @@ _NUM_PROCESSES = flags.DEFINE_integer(
     "num_processes", None, "With --multihost: number of processes (default: detected).")
 _PROCESS_ID = flags.DEFINE_integer(
     "process_id", None, "With --multihost: this process's index (default: detected).")
+_PROFILE_STEPS = flags.DEFINE_string(
+    "profile_steps", None, "A:B: write a jax.profiler trace of steps A to B (inclusive) to "
+    "MODEL_DIR/profile, for TensorBoard's profile plugin.")
+
+
+def _profile_steps() -> tuple[int, int] | None:
+  """--profile_steps as (A, B), refused unless 1 <= A <= B."""
+  if _PROFILE_STEPS.value is None:
+    return None
+  first, _, last = _PROFILE_STEPS.value.partition(":")
+  try:
+    steps = int(first), int(last)
+  except ValueError:
+    steps = (0, -1)
+  if not 1 <= steps[0] <= steps[1]:
+    raise app.UsageError(f"--profile_steps={_PROFILE_STEPS.value}: expected A:B with "
+                         "1 <= A <= B, e.g. 10:20.")
+  return steps
 
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   cli.quiet_logging()
+  profile_steps = _profile_steps()
+  tf.config.set_visible_devices([], "GPU")  # TensorFlow only reads data: the GPUs are JAX's.
   cluster = {"coordinator_address": _COORDINATOR_ADDRESS.value,
              "num_processes": _NUM_PROCESSES.value, "process_id": _PROCESS_ID.value}
   if _MULTIHOST.value:
@@ -38,7 +59,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
                          "--multihost.")
   cli.parse_gin()
-  trainer.train()
+  trainer.train(**({} if profile_steps is None else {"profile_steps": profile_steps}))
 
 
 def console_entry_point() -> None:

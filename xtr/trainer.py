@@ -35,6 +35,7 @@ from xtr import objective as objective_lib
 from xtr import optimizers
 from xtr import partitioning
 from xtr import storage
+from xtr import throughput
 from xtr import typecheck
 
 
@@ -207,7 +208,8 @@ def train(model_dir: str = gin.REQUIRED,
           projection_init: str = "random",
           projection_sample_task: str | None = None,
           save_initial_params: bool = False,
-          distillation: float = 0.0) -> TrainState:
+          distillation: float = 0.0,
+          profile_steps: tuple[int, int] | None = None) -> TrainState:
   """Trains `model` on `task_name` for `num_steps`, resuming from `model_dir` if possible.
 
   Args:
@@ -242,6 +244,8 @@ def train(model_dir: str = gin.REQUIRED,
     distillation: weight of a KL term that keeps the in-batch score distribution near the
       untuned backbone's own (f_colbert over its raw token vectors; `objective.Objective`);
       needs `pretrained_backbone`, which a resumed run then loads again.
+    profile_steps: (first, last): write a `jax.profiler` trace of these steps to
+      `model_dir/profile` (TensorBoard's profile plugin reads it).
   """
   typecheck.arguments(train, locals())
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
@@ -293,7 +297,7 @@ def train(model_dir: str = gin.REQUIRED,
       if num_steps == 0 and restored is None:  # The initial (e.g. pretrained) model, to export.
         checkpointer.maybe_save(0, state, iterator, force=True)
       state = _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption,
-                    model_dir, num_steps, log_every_steps)
+                    model_dir, num_steps, log_every_steps, model, profile_steps)
     checkpointer.close()
     return state
 
@@ -347,19 +351,31 @@ def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
 
 
 def _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, model_dir,
-          num_steps, log_every_steps):
+          num_steps, log_every_steps, model, profile_steps):
   """Runs steps until `num_steps` or a preemption notice, logging and checkpointing; returns the
   final state."""
   writer = metric_writers.SummaryWriter(model_dir) if jax.process_index() == 0 else None
   start_step = int(state.step)
-  start_time = time.time()
+  reported = (start_step, time.time())  # The last report's (step, time).
+  cost, peak = None, throughput.peak_flops(list(mesh.devices.flat))
+  tracing = False
   for step in range(start_step + 1, num_steps + 1):
     batch = partitioning.global_batch(jax.tree.map(np.asarray, next(iterator)), mesh, layout)
+    if cost is None:
+      docs = batch["doc_tokens"].shape
+      cost = throughput.step_cost(model, state.params, batch["query_tokens"].shape,
+                                  (docs[0] * docs[1], docs[2]))
+    if profile_steps is not None and step == profile_steps[0]:
+      jax.profiler.start_trace(os.path.join(model_dir, "profile"))
+      tracing = True
     state, metrics = train_step(state, batch)
+    if tracing and step == profile_steps[1]:
+      tracing = _stop_trace(state, model_dir)
     logged = step % log_every_steps == 0 or step in (start_step + 1, num_steps)
     if logged:
       metrics = jax.tree.map(float, jax.device_get(metrics))
-      _report(step, num_steps, start_step, start_time, metrics, writer)
+      _report(step, num_steps, reported, metrics, cost, peak, writer)
+      reported = (step, time.time())
     preempted = preemption.reached(step)
     checkpointer.maybe_save(step, state, iterator, force=step == num_steps or preempted,
                             check_time=logged)
@@ -367,17 +383,32 @@ def _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, m
       print(f"Preempted (SIGTERM) after step {step}: saved it; rerun the same command to "
             "resume.", flush=True)
       break
+  if tracing:  # The run ended (or was preempted) inside the profiled steps.
+    _stop_trace(state, model_dir)
   if writer is not None:
     writer.flush()
   return state
 
 
-def _report(step, num_steps, start_step, start_time, metrics, writer) -> None:
-  """Prints a progress line and writes the metrics to TensorBoard."""
-  steps_per_sec = (step - start_step) / max(time.time() - start_time, 1e-9)
+def _stop_trace(state: TrainState, model_dir: str) -> bool:
+  """Stops the profiler trace once the steps so far have run; returns False (not tracing)."""
+  jax.block_until_ready(state)
+  jax.profiler.stop_trace()
+  print(f"Wrote a profiler trace to {os.path.join(model_dir, 'profile')}.", flush=True)
+  return False
+
+
+def _report(step, num_steps, reported, metrics, cost, peak, writer) -> None:
+  """Prints a progress line and writes the metrics to TensorBoard: the step's metrics, and
+  steps/s, tokens/s and (on a device with a known peak) MFU since the last report (`reported`:
+  its step and time; the first step's include compiling it)."""
+  steps_per_sec = (step - reported[0]) / max(time.time() - reported[1], 1e-9)
   eta = (num_steps - step) / max(steps_per_sec, 1e-9)
+  rates = cost.rates(steps_per_sec, peak)
   shown = " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
-  print(f"step {step}/{num_steps} | {shown} | {steps_per_sec:.2f} steps/s | eta {eta:.0f}s",
-        flush=True)
+  speed = f"{steps_per_sec:.2f} steps/s | {rates['tokens_per_sec']:.0f} tokens/s"
+  if "mfu" in rates:
+    speed += f" | MFU {100 * rates['mfu']:.1f} %"
+  print(f"step {step}/{num_steps} | {shown} | {speed} | eta {eta:.0f}s", flush=True)
   if writer is not None:
-    writer.write_scalars(step, {**metrics, "steps_per_sec": steps_per_sec})
+    writer.write_scalars(step, {**metrics, "steps_per_sec": steps_per_sec, **rates})
