@@ -36,11 +36,22 @@ def latest_step_dir(checkpoint: str) -> epath.Path:
 def load_params(checkpoint: str) -> Any:
   """The model parameters saved by `xtr-train` (optimizer state is not loaded), restored onto
   the first device (no host copy: a search process holds them once), or those of a released
-  XTR directory (`released.FILES`), put there."""
+  XTR directory (`released.FILES`), put there.
+
+  Raises:
+    ValueError: naming the checkpoint and the first parameter that holds NaN or infinity.
+  """
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   if released.is_released(checkpoint):
-    return jax.device_put(released.load_params(checkpoint), device)
-  state_dir = latest_step_dir(checkpoint) / "state"
+    params = jax.device_put(released.load_params(checkpoint), device)
+  else:
+    params = _restore(latest_step_dir(checkpoint) / "state", device)
+  check_finite(params, checkpoint)
+  return params
+
+
+def _restore(state_dir: epath.Path, device: jax.sharding.Sharding) -> Any:
+  """The params of an xtr-train checkpoint's state directory, restored onto `device`."""
   metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
   abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
                           metadata["params"])
@@ -51,6 +62,16 @@ def load_params(checkpoint: str) -> Any:
                                                abstract)},
           partial_restore=True))
   return restored["params"]
+
+
+def check_finite(params: Any, checkpoint: str) -> None:
+  """Refuses parameters with a NaN or infinite value (a damaged checkpoint or a diverged run),
+  naming the checkpoint and the parameter, before they encode anything."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    if not bool(jnp.all(jnp.isfinite(leaf))):
+      raise ValueError(f"The checkpoint {checkpoint} is damaged or diverged: its parameter "
+                       f"{jax.tree_util.keystr(path)} holds NaN or infinite values. Use "
+                       "another checkpoint (an earlier step of the run).")
 
 
 def fingerprint(params: Any) -> str:

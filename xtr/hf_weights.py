@@ -11,6 +11,7 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
+from safetensors import SafetensorError
 from safetensors import safe_open
 
 from xtr import bert
@@ -21,14 +22,25 @@ from xtr import typecheck
 def read_safetensors(path: str | pathlib.Path,
                      skip_prefixes: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
   """Reads `model.safetensors` (or the file itself) into {name: array}, without the tensors
-  whose names start with one of `skip_prefixes` (they are never read)."""
+  whose names start with one of `skip_prefixes` (they are never read).
+
+  Raises:
+    FileNotFoundError: naming the missing file.
+    ValueError: naming a file that is not safetensors (a forged or truncated header, offsets
+      outside the file) or holds a dtype numpy lacks (bfloat16).
+  """
   path = pathlib.Path(path)
   if path.is_dir():
     path = path / "model.safetensors"
   if not path.exists():
     raise FileNotFoundError(f"No safetensors checkpoint at {path}.")
-  with safe_open(str(path), framework="numpy") as f:
-    return {name: f.get_tensor(name) for name in f.keys() if not name.startswith(skip_prefixes)}
+  try:
+    with safe_open(str(path), framework="numpy") as f:
+      return {name: f.get_tensor(name) for name in f.keys()
+              if not name.startswith(skip_prefixes)}
+  except (SafetensorError, TypeError) as e:
+    raise ValueError(f"{path} is not a safetensors checkpoint xtr can read ({e}); download or "
+                     "convert it again.") from None
 
 
 def _param_shapes(module: nn.Module) -> dict[tuple[str, ...], tuple[int, ...]]:
@@ -60,7 +72,7 @@ def _convert(tensors: dict[str, np.ndarray], names: dict[tuple[str, ...], str],
                         f"expected {expected}")
       params[path] = np.asarray(value, np.float32)
   if problems:
-    raise ValueError(f"Checkpoint does not fit {module.config}:\n  " + "\n  ".join(problems))
+    raise ValueError(f"Checkpoint does not fit {module.config}: " + "; ".join(problems))
   return traverse_util.unflatten_dict(params)
 
 

@@ -21,15 +21,19 @@ _MULTIHOST = flags.DEFINE_bool(
     "multihost", False, "Call jax.distributed.initialize() (one process per host).")
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
     "coordinator_address", None, "With --multihost: host:port of process 0 (default: detected).")
-_NUM_PROCESSES = flags.DEFINE_integer(
+_NUM_PROCESSES = cli.define_count(
     "num_processes", None, "With --multihost: number of processes (default: detected).")
-_PROCESS_ID = flags.DEFINE_integer(
-    "process_id", None, "With --multihost: this process's index (default: detected).")
+_PROCESS_ID = cli.define_count(
+    "process_id", None, "With --multihost: this process's index, in [0, --num_processes) "
+    "(default: detected).", lower_bound=0)
+flags.register_multi_flags_validator(
+    ["process_id", "num_processes"],
+    lambda v: None in v.values() or v["process_id"] < v["num_processes"],
+    message="--process_id must be less than --num_processes (processes count from 0).")
 
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   cluster = {"coordinator_address": _COORDINATOR_ADDRESS.value,
              "num_processes": _NUM_PROCESSES.value, "process_id": _PROCESS_ID.value}
   if _MULTIHOST.value:
