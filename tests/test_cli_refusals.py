@@ -4,6 +4,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -65,7 +66,11 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
     "xtr.train": ((), [
         ("--num_processes=0", "--num_processes=0"), ("--process_id=-1", "--process_id=-1"),
         ("--num_processes=2 --process_id=2",
-         "process_id=2, num_processes=2: --process_id must be less than --num_processes")]),
+         "process_id=2, num_processes=2: --process_id must be less than --num_processes"),
+        ("--gin_bindings=trainer.train.num_steps=", "gin cannot parse a file of --gin_file or "
+                                                    "--gin_bindings: Unable to parse value."),
+        ("--gin_file=gin/runs/smoke.gin --gin_bindings=trainer.train.num_steps='five'",
+         "trainer.train.num_steps = 'five': expected int, got str; check its gin binding.")]),
     **{module: ((), [("--no_such_flag", "Unknown command line flag 'no_such_flag'")])
        for module in ("xtr.demo", "xtr.analyze_alignment", "xtr.convert_checkpoint")},
 }
@@ -297,3 +302,19 @@ def test_control_characters_in_queries_are_refused_naming_file_and_line(tmp_path
 def test_a_leading_byte_order_mark_is_not_query_text(tmp_path, name, content, expected):
   (tmp_path / name).write_text(content, encoding="utf-8")
   assert beir_files.read_queries(str(tmp_path / name)) == expected
+
+
+@pytest.mark.parametrize("name, value", [("batch_size", 0), ("doc_max_length", -1),
+                                         ("query_max_length", 1e9)])
+def test_encoder_lengths_and_batch_size_of_gin_are_refused_naming_the_binding(name, value):
+  with pytest.raises(ValueError, match=rf"xtr.encoding.Encoder.{name} = {value!r}: expected a "
+                     "positive integer; check its gin binding."):
+    encoding.Encoder(None, model=None, vocabulary=None, **{name: value})
+
+
+def test_every_console_script_is_probed():
+  """Every console script of setup.py is among the probed modules, so each is shown to refuse
+  through `cli.run` (one line, exit status 2)."""
+  scripts = re.findall(r'"xtr-[\w-]+=(xtr\.\w+):console_entry_point"',
+                       (REPO / "setup.py").read_text())
+  assert len(scripts) == 11 and set(scripts) == set(_CASES)

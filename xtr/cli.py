@@ -12,6 +12,7 @@ import pathlib
 import re
 import sys
 import textwrap
+import tokenize
 import traceback
 from typing import Callable, Mapping, NoReturn, Sequence
 
@@ -53,9 +54,14 @@ ENCODER_BINDINGS = ("xtr.encoding.Encoder.model = %MODEL",
 
 
 def parse_gin(extra_bindings: Sequence[str] = ()) -> None:
-  """Parses --gin_file, then --gin_bindings, then `extra_bindings`."""
+  """Parses --gin_file, then --gin_bindings, then `extra_bindings`; a ValueError names what gin
+  cannot parse."""
   gin.add_config_file_search_path(str(REPO_DIR))
-  gin.parse_config_files_and_bindings(GIN_FILES.value, [*GIN_BINDINGS.value, *extra_bindings])
+  try:
+    gin.parse_config_files_and_bindings(GIN_FILES.value, [*GIN_BINDINGS.value, *extra_bindings])
+  except (SyntaxError, tokenize.TokenError) as e:
+    where = getattr(e, "filename", None) or "a file of --gin_file or --gin_bindings"
+    raise ValueError(f"gin cannot parse {where}: {e}") from None
 
 
 def define_index_flags() -> Callable[[str, str], tuple[encoding.Encoder, reader.TokenIndex]]:
@@ -132,7 +138,8 @@ def run(main: Callable[[Sequence[str]], None], module_name: str,
     print(sys.modules[module_name].__doc__.strip() + "\n")
     flags_module = sys.argv[0] if module_name == "__main__" else module_name  # python -m ...
     print("\n".join(flags.FLAGS.module_help(name) for name in (flags_module, __name__)))
-    print(f"\n--helpfull lists the flags of every library too.\n\n{textwrap.fill(EXIT_STATUS, 80)}")
+    print("\n--helpfull lists the flags of every library too.\n")
+    print(textwrap.fill(EXIT_STATUS, 80))
     sys.exit(0)
   flags.mark_flags_as_required(required)
   _fewer_malloc_arenas()
@@ -144,7 +151,7 @@ def _parse_flags(argv: Sequence[str]) -> Sequence[str]:
   try:
     return flags.FLAGS(argv)
   except flags.Error as error:
-    refuse(error)
+    refuse(error, hint=" (--help lists the flags)")
 
 
 def refusing(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
@@ -161,17 +168,16 @@ def refusing(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]],
   return refusing_main
 
 
-def refuse(error: BaseException) -> NoReturn:
-  """Prints `refusal_line(error)` on stderr and exits with status `REFUSED`."""
-  print(refusal_line(error), file=sys.stderr, flush=True)
+def refuse(error: BaseException, hint: str = "") -> NoReturn:
+  """Prints `refusal_line(error)` and `hint` on stderr and exits with status `REFUSED`."""
+  print(refusal_line(error) + hint, file=sys.stderr, flush=True)
   sys.exit(REFUSED)
 
 
 def refusal_line(error: BaseException) -> str:
   """`program: message` on one line (a message's line breaks become spaces)."""
   message = re.sub(r"\s*\n\s*", " ", str(error).strip()) or type(error).__name__
-  hint = " (--help lists the flags)" if isinstance(error, flags.Error) else ""
-  return f"{os.path.basename(sys.argv[0])}: {message}{hint}"
+  return f"{os.path.basename(sys.argv[0])}: {message}"
 
 
 def _fewer_malloc_arenas() -> None:

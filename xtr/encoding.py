@@ -18,6 +18,7 @@ from etils import epath
 
 from xtr import released
 from xtr import tokenization
+from xtr import typecheck
 
 
 def latest_step_dir(checkpoint: str) -> epath.Path:
@@ -93,7 +94,16 @@ class Encoder:
   def __init__(self, params: Any, model: nn.Module = gin.REQUIRED,
                vocabulary: Any = gin.REQUIRED, query_max_length: int = 32,
                doc_max_length: int = 256, batch_size: int = 32):
-    """vocabulary: the model's training vocabulary or its `tokenization` tokenizer."""
+    """vocabulary: the model's training vocabulary or its `tokenization` tokenizer.
+
+    Raises:
+      ValueError: naming a length or batch size (a gin binding) that is not a positive integer.
+    """
+    for name, value in (("query_max_length", query_max_length),
+                        ("doc_max_length", doc_max_length), ("batch_size", batch_size)):
+      if not typecheck.matches(value, int) or value < 1:
+        raise ValueError(f"xtr.encoding.Encoder.{name} = {value!r}: expected a positive "
+                         "integer; check its gin binding.")
     self.params = jax.device_put(params)  # Host arrays would be copied at every call.
     self.model = model
     self.tokenizer = tokenization.of(vocabulary)
