@@ -158,9 +158,6 @@ def test_a_forged_vocabulary_is_refused_naming_the_file(tmp_path, name, content,
   load = tokenization.SentencePiece if name == "spiece.model" else tokenization.WordPiece
   with pytest.raises(ValueError, match=f"^{re.escape(str(path))}:? {message}"):
     load(str(path))
-  if name == "spiece.model":  # Training's vocabulary (seqio) is refused the same way.
-    with pytest.raises(ValueError, match=f"^{re.escape(str(path))} {message}"):
-      vocabularies.t5_vocabulary(str(path))
 
 
 def test_vocab_txt_dir_and_tokenizer_json_are_the_same(minilm_dir, corpora):

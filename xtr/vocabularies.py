@@ -29,13 +29,7 @@ _UNKNOWN_WORD = "\uE000"  # A private-use character: a one-character word mapped
 
 @gin.configurable
 def t5_vocabulary(spm_path: str, extra_ids: int = 100) -> seqio.SentencePieceVocabulary:
-  """The T5 SentencePiece vocabulary (32,000 pieces + `extra_ids` sentinels; pad 0, eos 1).
-
-  Raises:
-    ValueError: naming `spm_path` if it is not a SentencePiece model (read once here: seqio
-      reads it lazily, where a bad file fails inside TensorFlow).
-  """
-  tokenization.SentencePiece(spm_path, extra_ids)
+  """The T5 SentencePiece vocabulary (32,000 pieces + `extra_ids` sentinels; pad 0, eos 1)."""
   return seqio.SentencePieceVocabulary(str(spm_path), extra_ids=extra_ids)
 
 
