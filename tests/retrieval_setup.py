@@ -44,14 +44,17 @@ def parse_model_file(path, *bindings: str) -> tuple:
     gin.clear_config()
 
 
-def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings: str) -> None:
-  """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would."""
+def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings: str,
+                      edit=lambda params: params) -> None:
+  """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would (its params passed
+  through `edit` first)."""
   gin.clear_config()
   gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
                                       [f"T5_SPM_PATH = '{t5_spm_path}'",
                                        "_gin_model.model = %MODEL", *bindings])
   model = _gin_model()
   params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])
+  params = edit(params)
   checkpointer = checkpoints.Checkpointer(str(model_dir))
   checkpointer.manager.save(1, args=checkpoints.ocp.args.Composite(
       state=checkpoints.ocp.args.StandardSave({"params": jax.tree.map(np.asarray, params)})))
@@ -60,8 +63,9 @@ def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings
 
 def run_tool(module: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
   """Runs the console script of `module` as installed (argv[0] is not the module), on one CPU
-  device."""
+  device, with the log settings of a user's shell (not conftest's TF_CPP_MIN_LOG_LEVEL)."""
   code = (f"import sys; sys.argv = ['xtr-tool', *sys.argv[1:]]; import {module}; "
           f"{module}.console_entry_point()")
+  env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
   return subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True,
-                        text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""})
+                        text=True, cwd=REPO, env={**env, "XLA_FLAGS": ""})

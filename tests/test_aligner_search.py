@@ -193,7 +193,7 @@ def test_adapt_alignment_runs_the_few_shot_protocol(aligner_indexes, scifact_sli
     ("--alignment=top_p:1.5", r"--alignment=top_p:1.5: .*0 < p <= 1"),
     ("--alignment=top_k:0", r"--alignment=top_k:0: alignment 'top_k:0': top_k alignment needs "
                             r"k >= 1, got 0\n"),
-    ("--prune_query=0", r"--prune_query=0.0 is not in \(0, 1\]"),
+    ("--prune_query=0", r"--prune_query=0.0: not a number in \(0, 1\]"),
 ])
 def test_bad_alignment_flags_are_refused_naming_the_flag(aligner_indexes, scifact_slice, tmp_path,
                                                          flag, message):
@@ -204,7 +204,7 @@ def test_bad_alignment_flags_are_refused_naming_the_flag(aligner_indexes, scifac
 
 
 @pytest.mark.parametrize("prune_doc,message", [
-    ("1.5", r"--prune_doc=1.5 is not in \(0, 1\]"),
+    ("1.5", r"--prune_doc=1.5: not a number in \(0, 1\]"),
     ("0.2", r"--prune_doc=0.2 prunes by salience, but the model of --checkpoint=.* has no "
             r"salience heads"),
 ])

@@ -227,10 +227,21 @@ def _write_weight(path, weight: np.ndarray) -> None:
         json.loads((d / "config.json").read_text()) | {"num_layers": 3})),
      ValueError, r"release/model.safetensors: Checkpoint does not fit T5Config\(.*num_layers=3"
                  r"[\s\S]*missing tensor encoder\.block\.2\."),
+    (lambda d: (d / "model.safetensors").write_bytes(b"forged" * 10), ValueError,
+     r"release/model.safetensors is not a safetensors checkpoint xtr can read \(Error while "
+     r"deserializing header: header too large\); download or convert it again."),
+    (lambda d: (d / "2_Dense/model.safetensors").write_bytes(
+        (d / "2_Dense/model.safetensors").read_bytes()[:-8]), ValueError,
+     r"release/2_Dense/model.safetensors is not a safetensors checkpoint xtr can read"),
+    (lambda d: _write_weight(d / "2_Dense/model.safetensors",
+                             np.full((DIM, HIDDEN), np.nan, "f4")),
+     ValueError, r"The checkpoint \S+/release is damaged or diverged: its parameter "
+                 r"\['projection'\]\['kernel'\] holds NaN or infinite values."),
 ], ids=[*[f"missing {name}" for name in released.FILES[:-1]], "missing 2_Dense weights",
         "only pytorch_model.bin", "projection transposed", "projection from 64",
         "projection with bias", "projection with tanh", "dense config without out_features",
-        "d_model a str", "config not an object", "config of another T5"])
+        "d_model a str", "config not an object", "config of another T5",
+        "forged model.safetensors", "truncated projection", "NaN projection"])
 def test_a_broken_directory_is_refused_naming_the_file(release, tmp_path, edit, error, message):
   with pytest.raises(error, match=message):
     encoding.load_params(_broken_copy(release, tmp_path, edit))

@@ -4,6 +4,7 @@ and Python's SentencePiece break a tie between equally scored segmentations diff
 import gzip
 import itertools
 import json
+import re
 
 import numpy as np
 import pytest
@@ -132,6 +133,31 @@ def test_bert_rejects_a_cased_tokenizer(minilm_dir, tmp_path):
   (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
   with pytest.raises(ValueError, match="not an uncased BERT WordPiece"):
     tokenization.WordPiece(tmp_path / "tokenizer.json")
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("spiece.model", b"\x00\x01forged", "is not a SentencePiece model \\(Error parsing message"),
+    ("spiece.model", b"", r"is not a SentencePiece model \(it holds no pieces\)"),
+    ("tokenizer.json", b"{forged", "is not an uncased BERT WordPiece tokenizer.json"),
+    ("tokenizer.json", b'{"model": 3}', "is not an uncased BERT WordPiece tokenizer.json"),
+    ("tokenizer.json", b"[]", "is not an uncased BERT WordPiece tokenizer.json"),
+    ("tokenizer.json", json.dumps({
+        "normalizer": {"type": "BertNormalizer", "lowercase": True},
+        "model": {"type": "WordPiece", "vocab": {"[PAD]": 0, "a": "1"}}}).encode(),
+     "is not an uncased BERT WordPiece tokenizer.json"),
+    ("tokenizer.json", json.dumps({
+        "normalizer": {"type": "BertNormalizer", "lowercase": True},
+        "model": {"type": "WordPiece", "vocab": {"[PAD]": 0, "a": 2}}}).encode(),
+     "the ids of model.vocab are not 0 to 1, once each"),
+    ("vocab.txt", b"[PAD]\n\xff\xfe\n", "is not a WordPiece vocabulary: invalid UTF-8 at byte 7"),
+    ("vocab.txt", b"[PAD]\nthe\n[UNK]\n", r"lacks the special tokens \['\[CLS\]', '\[SEP\]'\]"),
+])
+def test_a_forged_vocabulary_is_refused_naming_the_file(tmp_path, name, content, message):
+  path = tmp_path / name
+  path.write_bytes(content)
+  load = tokenization.SentencePiece if name == "spiece.model" else tokenization.WordPiece
+  with pytest.raises(ValueError, match=f"^{re.escape(str(path))}:? {message}"):
+    load(str(path))
 
 
 def test_vocab_txt_dir_and_tokenizer_json_are_the_same(minilm_dir, corpora):

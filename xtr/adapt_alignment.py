@@ -27,10 +27,10 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "BEIR-layout dataset directory
 _SPLIT = flags.DEFINE_string("split", "test", "The labelled queries: qrels/{split}.tsv.")
 _INDEX = flags.DEFINE_string("index", None, "Token index of the dataset's corpus.")
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "The checkpoint the index was built with.")
-_SHOTS = flags.DEFINE_integer("shots", 8, "Labelled queries per fold.", lower_bound=1)
+_SHOTS = cli.define_count("shots", 8, "Labelled queries per fold.")
 _STRATEGIES = flags.DEFINE_list("strategies", list(adaptation.DEFAULT_STRATEGIES),
                                 "Candidate alignments (top_k:K, top_p:P, differentiable:K).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the fold shuffle.")
+_SEED = cli.define_count("seed", 0, "Seed of the fold shuffle.", lower_bound=0)
 _OUT = flags.DEFINE_string("out", None, "Report JSON to write.")
 _SEARCH_CONFIG = cli.define_search_flags(scoring_only="aligner")
 _OPEN_FOR_SEARCH = cli.define_index_flags()
@@ -49,7 +49,6 @@ def _strategies(config: retrieval.SearchConfig) -> list[alignment.Alignment]:
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   config = _SEARCH_CONFIG()
   strategies = _strategies(config)
   cli.check_output_file("out", _OUT.value)

@@ -107,7 +107,6 @@ def _encoders(checkpoints: dict[str, str], settings: measure.Settings):
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   cli.parse_gin(extra_bindings=cli.ENCODER_BINDINGS + measure.SETTINGS_BINDINGS)
   settings = measure.Settings()
   checkpoints = _labelled(_CHECKPOINT.value)

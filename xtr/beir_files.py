@@ -11,9 +11,11 @@ import json
 import os
 import random
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
+_BOM = "\ufeff"  # A byte order mark, which some editors write at the start of UTF-8 files.
 
 
 def resolve(data_dir: str, name: str) -> str:
@@ -31,7 +33,7 @@ def resolve(data_dir: str, name: str) -> str:
 
 def read_lines(path: str) -> Iterator[tuple[int, str]]:
   """(line number, line without its newline) of a UTF-8 text file, gunzipped if it ends with
-  `.gz`; `-` reads stdin.
+  `.gz`; `-` reads stdin. A byte order mark (U+FEFF) that starts the file is dropped.
 
   Raises:
     ValueError: naming the file, line and byte of the first invalid UTF-8.
@@ -43,10 +45,11 @@ def read_lines(path: str) -> Iterator[tuple[int, str]]:
       f = stack.enter_context(gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb"))
     for line_number, raw in enumerate(f, start=1):
       try:
-        yield line_number, raw.decode("utf-8").rstrip("\r\n")
+        line = raw.decode("utf-8").rstrip("\r\n")
       except UnicodeDecodeError as e:
         raise ValueError(f"{path}:{line_number}: invalid UTF-8 at byte {e.start + 1} of the line "
                          f"({raw[e.start:e.start + 4]!r}...)") from None
+      yield line_number, line.removeprefix(_BOM) if line_number == 1 else line
 
 
 def document_text(doc: Mapping[str, str]) -> str:
@@ -58,6 +61,23 @@ def query_text(query: Mapping[str, str]) -> str:
   if not query["text"].strip():
     raise ValueError("empty field 'text'")
   return query["text"]
+
+
+def search_query_text(query: Mapping[str, str]) -> str:
+  """`query_text`, refusing control characters (NUL ...; tab is allowed): a query is one line
+  of plain text."""
+  text = query_text(query)
+  check_plain_text(text)
+  return text
+
+
+def check_plain_text(text: str) -> None:
+  """Refuses a control character other than tab (Unicode category Cc), naming it and its
+  position."""
+  for position, char in enumerate(text, start=1):
+    if unicodedata.category(char) == "Cc" and char != "\t":
+      raise ValueError(f"control character U+{ord(char):04X} at character {position}: a query "
+                       "is one line of plain text; remove it")
 
 
 def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[str, str]:
@@ -90,21 +110,36 @@ def read_queries(path: str) -> dict[str, str]:
   """{query id: text} from a .jsonl or .tsv file, or text lines (a file or - for stdin).
 
   Raises:
-    ValueError: naming the file and line of a malformed query, or if there is no query.
+    ValueError: naming the file and line of a malformed query or of a control character in
+      one (`check_plain_text`), or if there is no query.
   """
   if path.endswith(".jsonl"):
-    queries = read_jsonl(path, query_text)
-  elif not path.endswith(".tsv"):
-    queries = {str(n): line for n, line in read_lines(path) if line.strip()}
-  else:
-    queries = {}
-    for line_number, line in read_lines(path):
-      fields = line.split("\t")
-      if len(fields) != 2 or not fields[1].strip():
-        raise ValueError(f"{path}:{line_number}: expected `id<TAB>text`, got {line!r}")
-      if fields[0] in queries:
-        raise ValueError(f"{path}:{line_number}: duplicate query id {fields[0]!r}")
-      queries[fields[0]] = fields[1]
+    return _nonempty(read_jsonl(path, search_query_text), path)
+  queries = {}
+  for line_number, line in read_lines(path):
+    where = f"{'<stdin>' if path == '-' else path}:{line_number}"
+    query_id, text = _tsv_query(line, where) if path.endswith(".tsv") else (str(line_number), line)
+    if query_id in queries:
+      raise ValueError(f"{where}: duplicate query id {query_id!r}")
+    try:
+      check_plain_text(text)
+    except ValueError as e:
+      raise ValueError(f"{where}: {e}") from None
+    if text.strip():
+      queries[query_id] = text
+  return _nonempty(queries, path)
+
+
+def _tsv_query(line: str, where: str) -> tuple[str, str]:
+  """(id, text) of an `id<TAB>text` line."""
+  fields = line.split("\t")
+  if len(fields) != 2 or not fields[1].strip():
+    raise ValueError(f"{where}: expected `id<TAB>text`, got {line!r}")
+  return fields[0], fields[1]
+
+
+def _nonempty(queries: dict[str, str], path: str) -> dict[str, str]:
+  """`queries`, refused if there is none."""
   if not queries:
     raise ValueError(f"{'stdin' if path == '-' else path} holds no query (it is empty or blank).")
   return queries

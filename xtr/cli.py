@@ -5,10 +5,16 @@ relative to the current directory or to the repository root, so run files
 `include 'gin/models/t5_1_1_base.gin'` and work from anywhere.
 """
 import ctypes
+import logging as std_logging
+import math
 import os
 import pathlib
+import re
 import sys
-from typing import Callable, Mapping, Sequence
+import textwrap
+import tokenize
+import traceback
+from typing import Callable, Mapping, NoReturn, Sequence
 
 import gin
 from absl import app
@@ -25,9 +31,21 @@ from xtr.index import verify
 
 REPO_DIR = pathlib.Path(__file__).resolve().parents[1]
 _M_ARENA_MAX = -8  # glibc's mallopt parameter.
+MAX_COUNT = 2**31 - 1  # The bound of count flags: what numpy, JAX and ScaNN index with int32.
+REFUSED = 2  # The exit status of a refusal (the usage-error convention).
+# What xtr raises to refuse input (a flag, a file, a damaged index, a full disk); anything else
+# is a bug, whose traceback is kept.
+REFUSALS = (ValueError, OSError, app.UsageError, flags.Error)
+EXIT_STATUS = (
+    "Exit status: 0 done; 2 refused (a bad flag or input file, a damaged index or checkpoint, a "
+    "full disk): one line on stderr says what, which flag or file, and what to do, and "
+    "--traceback adds the Python traceback; 1 a bug in xtr, with its traceback.")
 
 GIN_FILES = flags.DEFINE_multi_string("gin_file", [], "Gin config files, in order.")
 GIN_BINDINGS = flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, after the files.")
+TRACEBACK = flags.DEFINE_bool(
+    "traceback", False, "Print the Python traceback of a refusal too (exit status 2), and keep "
+    "the log lines of TensorFlow, JAX and orbax on stderr (as --verbosity=0 does).")
 
 
 # Inference tools encode with the model and vocabulary that the model gin files define.
@@ -36,9 +54,14 @@ ENCODER_BINDINGS = ("xtr.encoding.Encoder.model = %MODEL",
 
 
 def parse_gin(extra_bindings: Sequence[str] = ()) -> None:
-  """Parses --gin_file, then --gin_bindings, then `extra_bindings`."""
+  """Parses --gin_file, then --gin_bindings, then `extra_bindings`; a ValueError names what gin
+  cannot parse."""
   gin.add_config_file_search_path(str(REPO_DIR))
-  gin.parse_config_files_and_bindings(GIN_FILES.value, [*GIN_BINDINGS.value, *extra_bindings])
+  try:
+    gin.parse_config_files_and_bindings(GIN_FILES.value, [*GIN_BINDINGS.value, *extra_bindings])
+  except (SyntaxError, tokenize.TokenError) as e:
+    where = getattr(e, "filename", None) or "a file of --gin_file or --gin_bindings"
+    raise ValueError(f"gin cannot parse {where}: {e}") from None
 
 
 def define_index_flags() -> Callable[[str, str], tuple[encoding.Encoder, reader.TokenIndex]]:
@@ -85,28 +108,76 @@ def check_index_covers_qrels(doc_ids: Sequence[str], qrels: Mapping[str, Mapping
 
 
 def quiet_logging() -> None:
-  """Orbax and seqio log at INFO on every save and load; --verbosity=0 shows them again."""
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  """Third-party log lines off stderr unless --verbosity or --traceback is given: INFO and
+  WARNING records of orbax (a restore warns that _CHECKPOINT_METADATA is missing, saves log at
+  INFO) and of seqio, and JAX's warning that it falls back to the CPU. xtr's own warnings stay.
+  (TensorFlow's C++ lines are silenced at `import xtr`, before TensorFlow is imported.)"""
+  if flags.FLAGS["verbosity"].present or TRACEBACK.value:
+    return
+  logging.set_verbosity(logging.WARNING)
+  logging.get_absl_handler().addFilter(_not_third_party_chatter)
+  std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.ERROR)
+
+
+def _not_third_party_chatter(record: std_logging.LogRecord) -> bool:
+  """Whether a log record is kept: anything but an orbax or seqio record below ERROR."""
+  chatty = re.search(r"[/\\](orbax|seqio)[/\\]", record.pathname)
+  return not chatty or record.levelno >= std_logging.ERROR
 
 
 def run(main: Callable[[Sequence[str]], None], module_name: str,
         required: Sequence[str] = ()) -> None:
-  """`app.run(main)` for the console script of the tool module `module_name`.
+  """`app.run(main)` for the console script of the tool module `module_name`, with xtr's
+  refusals (`REFUSALS`, flag errors included) printed as one line on stderr, exit status 2.
 
   absl's --help lists the flags of `__main__` (none, in a console script) and exits 1. Here
-  --help (also -h, -? and --helpshort) prints the tool's docstring and its own flags with their
-  defaults, and exits 0; --helpfull still lists every flag of every library.
+  --help (also -h, -? and --helpshort) prints the tool's docstring, its own flags with their
+  defaults and `EXIT_STATUS`, and exits 0; --helpfull still lists every flag of every library.
   """
   if any(arg in ("--help", "-help", "--helpshort", "-h", "-?") for arg in sys.argv[1:]):
     print(sys.modules[module_name].__doc__.strip() + "\n")
     flags_module = sys.argv[0] if module_name == "__main__" else module_name  # python -m ...
     print("\n".join(flags.FLAGS.module_help(name) for name in (flags_module, __name__)))
-    print("\n--helpfull lists the flags of every library too.")
+    print("\n--helpfull lists the flags of every library too.\n")
+    print(textwrap.fill(EXIT_STATUS, 80))
     sys.exit(0)
   flags.mark_flags_as_required(required)
   _fewer_malloc_arenas()
-  app.run(main)
+  app.run(refusing(main), flags_parser=_parse_flags)
+
+
+def _parse_flags(argv: Sequence[str]) -> Sequence[str]:
+  """absl's parsing of `argv`, a bad flag refused in one line."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    refuse(error, hint=" (--help lists the flags)")
+
+
+def refusing(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
+  """`main` with third-party logs quieted and its refusals (`REFUSALS`) printed by `refuse`
+  (after their traceback, with --traceback); other exceptions propagate (exit status 1)."""
+  def refusing_main(argv: Sequence[str]) -> None:
+    quiet_logging()
+    try:
+      main(argv)
+    except REFUSALS as error:
+      if TRACEBACK.value:
+        traceback.print_exc()
+      refuse(error)
+  return refusing_main
+
+
+def refuse(error: BaseException, hint: str = "") -> NoReturn:
+  """Prints `refusal_line(error)` and `hint` on stderr and exits with status `REFUSED`."""
+  print(refusal_line(error) + hint, file=sys.stderr, flush=True)
+  sys.exit(REFUSED)
+
+
+def refusal_line(error: BaseException) -> str:
+  """`program: message` on one line (a message's line breaks become spaces)."""
+  message = re.sub(r"\s*\n\s*", " ", str(error).strip()) or type(error).__name__
+  return f"{os.path.basename(sys.argv[0])}: {message}"
 
 
 def _fewer_malloc_arenas() -> None:
@@ -136,6 +207,34 @@ def check_no_arguments(argv: Sequence[str]) -> None:
     raise flags.ValidationError(f"Unexpected arguments: {argv[1:]}")
 
 
+def define_fraction(name: str, default: float | None, help_text: str,
+                    closed: bool = False) -> flags.FlagHolder:
+  """A float flag of the calling module in (0, 1] ([0, 1] if `closed`); another value (NaN,
+  inf) is refused when the flags are parsed, before any work."""
+  interval = "[0, 1]" if closed else "(0, 1]"
+  holder = flags.DEFINE_float(name, default, f"{help_text} In {interval}.",
+                              module_name=_calling_module())
+  flags.register_validator(
+      name, lambda value: value is None or (0 <= value if closed else 0 < value) and value <= 1,
+      message=f"not a number in {interval}")
+  return holder
+
+
+def define_count(name: str, default: int | None, help_text: str,
+                 lower_bound: int = 1) -> flags.FlagHolder:
+  """An integer flag of the calling module in [lower_bound, MAX_COUNT], refused when the flags
+  are parsed otherwise."""
+  return flags.DEFINE_integer(name, default, help_text, lower_bound=lower_bound,
+                              upper_bound=MAX_COUNT, module_name=_calling_module())
+
+
+def _calling_module() -> str:
+  """The module that called the caller, named as absl names it (`python -m`: by argv[0]), for
+  its --help to list the flags it defines through a helper here."""
+  name = sys._getframe(2).f_globals["__name__"]  # pylint: disable=protected-access
+  return sys.argv[0] if name == "__main__" else name
+
+
 def define_search_flags(scoring_only: str | None = None
                         ) -> Callable[[], retrieval.SearchConfig]:
   """Defines the flags of `retrieval.SearchConfig`; returns a function that reads them.
@@ -145,49 +244,58 @@ def define_search_flags(scoring_only: str | None = None
       --impute flag.
   """
   defaults = retrieval.SearchConfig()
-  top_k = flags.DEFINE_integer("top_k", defaults.top_k, "Documents returned per query.")
-  k_prime = flags.DEFINE_integer("k_prime", defaults.k_prime,
-                                 "Document tokens retrieved per query token (k').")
+  top_k = define_count("top_k", defaults.top_k, "Documents returned per query; more than the "
+                       "index holds returns them all.")
+  k_prime = define_count("k_prime", defaults.k_prime, "Document tokens retrieved per query token "
+                         "(k'); more than the index's token-retrieval index holds (its "
+                         "num_indexed_tokens) retrieves them all.")
   if scoring_only is None:
     scoring = flags.DEFINE_enum("scoring", defaults.scoring, retrieval.SCORINGS,
                                 "xtr: f_XTR' from retrieved tokens only; colbert: ColBERT's "
                                 "three stages; aligner: ALIGNER's refinement (--alignment, "
                                 "saliences); exact: MaxSim over the whole corpus.")
     impute = flags.DEFINE_string("impute", defaults.impute,
-                                 "f_XTR' imputation: top_k_prime, zero, none, or a number.")
+                                 "f_XTR' imputation: top_k_prime, zero, none, or a finite "
+                                 "number.")
   alignment_text = flags.DEFINE_string(
       "alignment", str(defaults.alignment), "The sparse alignment of --scoring=aligner: top_k:K, "
       "top_p:P (P a fraction of the document's length, e.g. 0.015) or differentiable:K.")
-  prune_query = flags.DEFINE_float(
-      "prune_query", None, "β_q in (0, 1]: only the ⌈β_q·n⌉ most salient query tokens retrieve "
-      "tokens (a model with salience heads). Default: all of them.")
+  prune_query = define_fraction(
+      "prune_query", None, "β_q: only the ⌈β_q·n⌉ most salient query tokens retrieve tokens (a "
+      "model with salience heads). Default: all of them.")
   searcher = flags.DEFINE_enum("searcher", defaults.searcher, ("scann", "bruteforce"),
                                "Token retrieval: the ScaNN index or exact brute force.")
-  leaves_to_search = flags.DEFINE_integer(
+  leaves_to_search = define_count(
       "leaves_to_search", None, "ScaNN partitions searched per query token (default: the "
-      "index's, as built; more is slower and closer to exact).", lower_bound=1)
+      "index's, as built; more is slower and closer to exact; more than the index has searches "
+      "them all).")
   threads = flags.DEFINE_integer(
       "threads", defaults.threads, "CPU threads of token retrieval and scoring: 1 answers one "
-      "query at a time; more answers --scoring=xtr queries in batches (throughput).",
-      lower_bound=1)
+      "query at a time; more answers --scoring=xtr queries in batches (throughput). At most the "
+      f"CPU cores ({os.cpu_count()} here).", lower_bound=1, upper_bound=os.cpu_count())
 
   def read() -> retrieval.SearchConfig:
-    impute_value = defaults.impute if scoring_only else impute.value
-    if impute_value not in ("top_k_prime", "zero", "none"):
-      try:
-        impute_value = float(impute_value)
-      except ValueError:
-        raise flags.ValidationError(
-            f"--impute must be top_k_prime, zero, none or a number, not {impute.value!r}"
-        ) from None
+    impute_value = defaults.impute if scoring_only else _impute(impute.value)
     try:
       parsed = alignment.Alignment.parse(alignment_text.value)
     except ValueError as e:
       raise flags.ValidationError(f"--alignment={alignment_text.value}: {e}") from None
-    if prune_query.value is not None and not 0 < prune_query.value <= 1:
-      raise flags.ValidationError(f"--prune_query={prune_query.value} is not in (0, 1].")
     return retrieval.SearchConfig(top_k.value, k_prime.value, scoring_only or scoring.value,
                                   impute_value, searcher.value, parsed, prune_query.value,
                                   leaves_to_search.value, threads.value)
 
   return read
+
+
+def _impute(text: str) -> str | float:
+  """The value of --impute: a name, or a finite number."""
+  if text in ("top_k_prime", "zero", "none"):
+    return text
+  try:
+    value = float(text)
+  except ValueError:
+    value = math.nan
+  if not math.isfinite(value):
+    raise flags.ValidationError(
+        f"--impute={text}: give top_k_prime, zero, none or a finite number.")
+  return value

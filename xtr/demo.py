@@ -127,10 +127,13 @@ def _named_sets(data_dirs: Sequence[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   cli.parse_gin(extra_bindings=cli.ENCODER_BINDINGS)
   run()
 
 
 def console_entry_point() -> None:
   cli.run(main, __name__)
+
+
+if __name__ == "__main__":
+  console_entry_point()

@@ -18,6 +18,7 @@ from etils import epath
 
 from xtr import released
 from xtr import tokenization
+from xtr import typecheck
 
 
 def latest_step_dir(checkpoint: str) -> epath.Path:
@@ -36,11 +37,22 @@ def latest_step_dir(checkpoint: str) -> epath.Path:
 def load_params(checkpoint: str) -> Any:
   """The model parameters saved by `xtr-train` (optimizer state is not loaded), restored onto
   the first device (no host copy: a search process holds them once), or those of a released
-  XTR directory (`released.FILES`), put there."""
+  XTR directory (`released.FILES`), put there.
+
+  Raises:
+    ValueError: naming the checkpoint and the first parameter that holds NaN or infinity.
+  """
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   if released.is_released(checkpoint):
-    return jax.device_put(released.load_params(checkpoint), device)
-  state_dir = latest_step_dir(checkpoint) / "state"
+    params = jax.device_put(released.load_params(checkpoint), device)
+  else:
+    params = _restore(latest_step_dir(checkpoint) / "state", device)
+  check_finite(params, checkpoint)
+  return params
+
+
+def _restore(state_dir: epath.Path, device: jax.sharding.Sharding) -> Any:
+  """The params of an xtr-train checkpoint's state directory, restored onto `device`."""
   metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
   abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
                           metadata["params"])
@@ -51,6 +63,16 @@ def load_params(checkpoint: str) -> Any:
                                                abstract)},
           partial_restore=True))
   return restored["params"]
+
+
+def check_finite(params: Any, checkpoint: str) -> None:
+  """Refuses parameters with a NaN or infinite value (a damaged checkpoint or a diverged run),
+  naming the checkpoint and the parameter, before they encode anything."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    if not bool(jnp.all(jnp.isfinite(leaf))):
+      raise ValueError(f"The checkpoint {checkpoint} is damaged or diverged: its parameter "
+                       f"{jax.tree_util.keystr(path)} holds NaN or infinite values. Use "
+                       "another checkpoint (an earlier step of the run).")
 
 
 def fingerprint(params: Any) -> str:
@@ -72,7 +94,16 @@ class Encoder:
   def __init__(self, params: Any, model: nn.Module = gin.REQUIRED,
                vocabulary: Any = gin.REQUIRED, query_max_length: int = 32,
                doc_max_length: int = 256, batch_size: int = 32):
-    """vocabulary: the model's training vocabulary or its `tokenization` tokenizer."""
+    """vocabulary: the model's training vocabulary or its `tokenization` tokenizer.
+
+    Raises:
+      ValueError: naming a length or batch size (a gin binding) that is not a positive integer.
+    """
+    for name, value in (("query_max_length", query_max_length),
+                        ("doc_max_length", doc_max_length), ("batch_size", batch_size)):
+      if not typecheck.matches(value, int) or value < 1:
+        raise ValueError(f"xtr.encoding.Encoder.{name} = {value!r}: expected a positive "
+                         "integer; check its gin binding.")
     self.params = jax.device_put(params)  # Host arrays would be copied at every call.
     self.model = model
     self.tokenizer = tokenization.of(vocabulary)

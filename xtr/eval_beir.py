@@ -56,7 +56,6 @@ def evaluate_split(data: evaluation.BeirData, results: retrieval.Results,
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   config = _SEARCH_CONFIG()
   cli.check_output_file("out", _OUT.value)
   cli.check_output_file("run_file", _RUN_FILE.value)

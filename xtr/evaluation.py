@@ -14,9 +14,11 @@ descending. The run's own order and any ranks in a run file are ignored, as trec
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
+import stat
 from typing import Any, BinaryIO, TextIO
 
 from absl import logging
@@ -226,16 +228,65 @@ def _check_token(name: str, value: str) -> None:
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w") -> Iterator[TextIO | BinaryIO]:
   """A file ("w": UTF-8 text, "wb": binary) that replaces `path` when the block ends; if the block
-  raises, `path` is untouched and the temporary file is removed."""
+  raises, `path` is untouched and the temporary file is removed. The temporary file
+  (`path.tmp-PID`) is created anew (O_EXCL | O_NOFOLLOW): a file or symlink planted at its name
+  is refused, never written through.
+
+  A path that is not a regular file (a pipe, a terminal, /dev/null) or that names a file
+  descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N) is written in place instead: never
+  replaced, nor removed if the block raises.
+
+  Raises:
+    OSError: naming `path` (or the temporary file) where the system gave no file name, e.g. a
+      full disk (ENOSPC).
+  """
   path = os.fspath(path)
-  temp_path = f"{path}.tmp-{os.getpid()}"
+  encoding = None if "b" in mode else "utf-8"
+  with _naming(path):
+    if _written_in_place(path):
+      with open(path, mode, encoding=encoding) as f:
+        yield f
+      return
+    temp_path = f"{path}.tmp-{os.getpid()}"
+    fd = _create(temp_path)
+    try:
+      with os.fdopen(fd, mode, encoding=encoding) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+      os.replace(temp_path, path)
+    except BaseException:
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(temp_path)
+      raise
+
+
+def _create(path: str) -> int:
+  """A descriptor of the new file `path`, open for writing; refuses a file or symlink there."""
   try:
-    with open(temp_path, mode, encoding=None if "b" in mode else "utf-8") as f:
-      yield f
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(temp_path, path)
-  except BaseException:
-    with contextlib.suppress(FileNotFoundError):
-      os.remove(temp_path)
-    raise
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+  except FileExistsError:
+    raise FileExistsError(errno.EEXIST, "exists (left by an interrupted write, or planted): "
+                          "nothing was written; remove it and rerun", path) from None
+
+
+def _written_in_place(path: str) -> bool:
+  """Whether `path` exists and is not a regular file, or names a file descriptor (its directory
+  is /dev or under /proc: /dev/stdout, /dev/fd/1, /proc/self/fd/1, whatever they are open to)."""
+  try:
+    regular = stat.S_ISREG(os.stat(path).st_mode)
+  except FileNotFoundError:
+    return False
+  directory = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+  return not regular or directory == "/dev" or directory.startswith("/proc/")
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+  """Re-raises an OSError of the block that names no file (ENOSPC, EIO, ...) naming `path`."""
+  try:
+    yield
+  except OSError as error:
+    if error.filename is not None or error.errno is None:
+      raise
+    raise OSError(error.errno, error.strerror, path) from error

@@ -52,15 +52,18 @@ _STORE_VECTORS = flags.DEFINE_enum(
     "store_vectors", "float16", files.STORE_VECTORS,
     "Stored token vectors: their dtype, or none: an index for --scoring=xtr only (ScaNN and the "
     "document map; no refinement, exact scoring or brute force).")
-_DOCS_PER_CHUNK = flags.DEFINE_integer(
+_DOCS_PER_CHUNK = cli.define_count(
     "docs_per_chunk", None, "Documents per saved chunk. Default: the value the --out directory "
-    "records (resume, repair), else 1000.", lower_bound=1)
-_NUM_SHARDS = flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards.",
-                                   lower_bound=1)
-_SHARD_ID = flags.DEFINE_integer("shard_id", 0, "The shard this process exports.")
-_PRUNE_DOC = flags.DEFINE_float(
-    "prune_doc", None, "β_d in (0, 1]: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by "
-    "salience (ALIGNER; needs a checkpoint with salience heads). Default: every token.")
+    "records (resume, repair), else 1000.")
+_NUM_SHARDS = cli.define_count("num_shards", 1, "Split the corpus into this many shards.")
+_SHARD_ID = cli.define_count("shard_id", 0, "The shard this process exports, in [0, "
+                             "--num_shards).", lower_bound=0)
+flags.register_multi_flags_validator(
+    ["shard_id", "num_shards"], lambda v: v["shard_id"] < v["num_shards"],
+    message="--shard_id must be less than --num_shards (shards count from 0).")
+_PRUNE_DOC = cli.define_fraction(
+    "prune_doc", None, "β_d: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by salience "
+    "(ALIGNER; needs a checkpoint with salience heads). Default: every token.")
 _FROM_INDEX = flags.DEFINE_string(
     "from_index", None, "A complete index of the same model and corpus: reuse its token vectors "
     "(linked, not re-encoded) and build ScaNN with --prune_doc.")
@@ -73,15 +76,12 @@ _REPAIR = flags.DEFINE_bool("repair", False,
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   out_dir = _OUT.value
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise app.UsageError(f"--out={out_dir} is a file, not an index directory.")
   if _NUM_SHARDS.value > 1:
     out_dir = files.shard_path(out_dir, _SHARD_ID.value, _NUM_SHARDS.value)
   prune_doc = _PRUNE_DOC.value
-  if prune_doc is not None and not 0 < prune_doc <= 1:
-    raise app.UsageError(f"--prune_doc={prune_doc} is not in (0, 1].")
   try:
     manifest = _reprune(out_dir, prune_doc) if _FROM_INDEX.value else _export(out_dir, prune_doc)
   except writer.IndexComplete as e:

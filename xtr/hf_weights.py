@@ -5,12 +5,14 @@ Supported: `T5EncoderModel` / `T5ForConditionalGeneration` (T5, T5 v1.1, mT5 nam
 prefix). Data flows one way: safetensors file -> {name: np.ndarray} -> nested Flax params.
 """
 import pathlib
+from collections.abc import Callable
 
 import flax.linen as nn
 from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
+from safetensors import SafetensorError
 from safetensors import safe_open
 
 from xtr import bert
@@ -21,14 +23,29 @@ from xtr import typecheck
 def read_safetensors(path: str | pathlib.Path,
                      skip_prefixes: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
   """Reads `model.safetensors` (or the file itself) into {name: array}, without the tensors
-  whose names start with one of `skip_prefixes` (they are never read)."""
-  path = pathlib.Path(path)
-  if path.is_dir():
-    path = path / "model.safetensors"
+  whose names start with one of `skip_prefixes` (they are never read).
+
+  Raises:
+    FileNotFoundError: naming the missing file.
+    ValueError: naming a file that is not safetensors (a forged or truncated header, offsets
+      outside the file) or holds a dtype numpy lacks (bfloat16).
+  """
+  path = safetensors_file(path)
   if not path.exists():
     raise FileNotFoundError(f"No safetensors checkpoint at {path}.")
-  with safe_open(str(path), framework="numpy") as f:
-    return {name: f.get_tensor(name) for name in f.keys() if not name.startswith(skip_prefixes)}
+  try:
+    with safe_open(str(path), framework="numpy") as f:
+      return {name: f.get_tensor(name) for name in f.keys()
+              if not name.startswith(skip_prefixes)}
+  except (SafetensorError, TypeError) as e:
+    raise ValueError(f"{path} is not a safetensors checkpoint xtr can read ({e}); download or "
+                     "convert it again.") from None
+
+
+def safetensors_file(path: str | pathlib.Path) -> pathlib.Path:
+  """`path`, or its model.safetensors if it is a directory."""
+  path = pathlib.Path(path)
+  return path / "model.safetensors" if path.is_dir() else path
 
 
 def _param_shapes(module: nn.Module) -> dict[tuple[str, ...], tuple[int, ...]]:
@@ -60,7 +77,7 @@ def _convert(tensors: dict[str, np.ndarray], names: dict[tuple[str, ...], str],
                         f"expected {expected}")
       params[path] = np.asarray(value, np.float32)
   if problems:
-    raise ValueError(f"Checkpoint does not fit {module.config}:\n  " + "\n  ".join(problems))
+    raise ValueError(f"Checkpoint does not fit {module.config}: " + "; ".join(problems))
   return traverse_util.unflatten_dict(params)
 
 
@@ -204,13 +221,24 @@ def bert_params_from_hf(tensors: dict[str, np.ndarray], config: bert.BertConfig)
 
 def load_t5_backbone(path: str, config: t5.T5Config) -> dict:
   """Backbone params of an `XTREncoder` with a T5 encoder, from an HF safetensors checkpoint
-  (a T5ForConditionalGeneration's decoder is not read)."""
-  return t5_params_from_hf(read_safetensors(path, _T5_IGNORED_PREFIXES), config)
+  (a T5ForConditionalGeneration's decoder is not read); a ValueError names the file."""
+  tensors = read_safetensors(path, _T5_IGNORED_PREFIXES)
+  return _naming_file(path, lambda: t5_params_from_hf(tensors, config))
 
 
 def load_bert_backbone(path: str, config: bert.BertConfig) -> dict:
-  """Backbone params of an `XTREncoder` with a BERT encoder, from an HF safetensors checkpoint."""
-  return bert_params_from_hf(read_safetensors(path), config)
+  """Backbone params of an `XTREncoder` with a BERT encoder, from an HF safetensors checkpoint;
+  a ValueError names the file."""
+  tensors = read_safetensors(path)
+  return _naming_file(path, lambda: bert_params_from_hf(tensors, config))
+
+
+def _naming_file(path: str, convert: Callable[[], dict]) -> dict:
+  """`convert()`, its ValueError prefixed with the safetensors file at `path`."""
+  try:
+    return convert()
+  except ValueError as e:
+    raise ValueError(f"{safetensors_file(path)}: {e}") from None
 
 
 def bundled_minilm_dir() -> str:

@@ -16,20 +16,22 @@ from xtr import cli
 from xtr import wise_ft
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "xtr-train model_dir (with initial/).")
-_ALPHA = flags.DEFINE_float("alpha", None, "Weight of the fine-tuned parameters, in [0, 1].")
+_ALPHA = cli.define_fraction("alpha", None, "Weight of the fine-tuned parameters.",
+                             closed=True)
 _OUT = flags.DEFINE_string("out", None, "Directory of the interpolated checkpoint (new).")
 
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   if os.path.exists(_OUT.value):
     raise app.UsageError(f"--out={_OUT.value} exists; choose a new directory.")
-  if not 0 <= _ALPHA.value <= 1:
-    raise app.UsageError(f"--alpha={_ALPHA.value} is outside [0, 1].")
   wise_ft.write(_CHECKPOINT.value, _ALPHA.value, _OUT.value)
   print(f"Wrote θ_{_ALPHA.value} of {_CHECKPOINT.value} to {_OUT.value}")
 
 
 def console_entry_point() -> None:
   cli.run(main, __name__, required=("checkpoint", "alpha", "out"))
+
+
+if __name__ == "__main__":
+  console_entry_point()

@@ -56,10 +56,7 @@ def load_params(directory: str) -> dict:
   except ValueError as e:
     raise ValueError(f"{config_path}: {e}") from None
   kernel = _projection(os.path.join(directory, "2_Dense"), config.emb_dim)
-  try:
-    backbone = hf_weights.load_t5_backbone(directory, config)
-  except ValueError as e:
-    raise ValueError(f"{os.path.join(directory, 'model.safetensors')}: {e}") from None
+  backbone = hf_weights.load_t5_backbone(directory, config)
   return {"backbone": backbone, "projection": {"kernel": kernel}}
 
 

@@ -13,6 +13,7 @@ With a model that has salience heads, `prune_query` = β_q retrieves tokens for 
 salient query tokens only (ALIGNER §3.2); refinement still scores with every query token.
 """
 import dataclasses
+import math
 import sys
 import time
 from concurrent import futures
@@ -36,11 +37,12 @@ class SearchConfig:
   """How queries are answered.
 
   Attributes:
-    top_k: documents returned per query.
-    k_prime: document tokens retrieved per query token (k').
+    top_k: documents returned per query (search returns at most the index's documents).
+    k_prime: document tokens retrieved per query token (k'; search retrieves at most the tokens
+      of the index's token retrieval).
     scoring: "xtr", "colbert", "aligner" or "exact" (see the module docstring).
     impute: f_XTR''s score for query tokens that retrieved nothing of a document:
-      "top_k_prime" (the paper's m_i), "zero", a float, or "none".
+      "top_k_prime" (the paper's m_i), "zero", a finite float, or "none".
     searcher: "scann" (the index's ScaNN searcher) or "bruteforce" (exact token retrieval).
     alignment: the sparse alignment of "aligner" refinement.
     prune_query: β_q in (0, 1]: only the most salient ⌈β_q·n⌉ query tokens retrieve tokens
@@ -63,12 +65,23 @@ class SearchConfig:
   def __post_init__(self):
     if self.scoring not in SCORINGS:
       raise ValueError(f"scoring must be one of {SCORINGS}, got {self.scoring!r}")
+    for name in ("top_k", "k_prime"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+    if isinstance(self.impute, float) and not math.isfinite(self.impute):
+      raise ValueError(f"impute must be a finite number, got {self.impute}")
     if self.prune_query is not None and not 0 < self.prune_query <= 1:
       raise ValueError(f"prune_query must be in (0, 1], got {self.prune_query}")
     if self.leaves_to_search is not None and self.leaves_to_search < 1:
       raise ValueError(f"leaves_to_search must be positive, got {self.leaves_to_search}")
     if self.threads < 1:
       raise ValueError(f"threads must be positive, got {self.threads}")
+
+  def within(self, token_index: reader.TokenIndex) -> "SearchConfig":
+    """This config with top_k at most the index's documents and k_prime at most the tokens its
+    token retrieval holds: more would return nothing more, only allocate more."""
+    return dataclasses.replace(self, top_k=min(self.top_k, token_index.num_docs),
+                               k_prime=min(self.k_prime, token_index.num_indexed_tokens))
 
 
 @dataclasses.dataclass
@@ -101,6 +114,7 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
     print(f"Warning: query {i + 1} ({queries[i]!r}) has only tokens that the vocabulary does not "
           "know: its ranking carries no information.", file=sys.stderr, flush=True)
   check_index(config, token_index)
+  config = config.within(token_index)
   if config.scoring == "exact":
     q, q_mask, _ = _encode_queries(encoder, queries)
     return dataclasses.replace(_exact(token_index, q, q_mask, config), unknown_only=unknown)
@@ -258,6 +272,7 @@ def search_alignments(encoder: encoding.Encoder, token_index: reader.TokenIndex,
     rankings[a][i]: query i's top_k (doc id, score) under alignments[a].
   """
   check_index(config, token_index)
+  config = config.within(token_index)
   q, q_mask, u_q = _encode_queries(encoder, queries)
   rankings = [[] for _ in alignments]
   for vectors, mask, u in tqdm.tqdm(zip(q, q_mask, u_q), total=len(q), desc="rescore",

@@ -59,7 +59,6 @@ def _print_times(query_ids: list[str], results: retrieval.Results) -> None:
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   config = _SEARCH_CONFIG()
   if _FORMAT.value == "trec" and _OUT.value == "-":
     raise app.UsageError("--format=trec needs --out=FILE.")

@@ -28,10 +28,10 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "The checkpoint the index 
 _QUERY_ID = flags.DEFINE_string("query_id", None, "The query (an id of queries.jsonl).")
 _DOC_ID = flags.DEFINE_string("doc_id", None, "The document (default: the query's most relevant "
                               "judged document in --split).")
-_BETA_Q = flags.DEFINE_float("beta_q", 0.5, "Highlight the top β_q of the query's tokens.")
-_BETA_D = flags.DEFINE_float("beta_d", 0.2, "Highlight the top β_d of the document's tokens.")
-_NUM_ALIGNED = flags.DEFINE_integer("num_aligned", 3, "Most salient query tokens whose top-1 "
-                                    "aligned document token is marked.", lower_bound=1)
+_BETA_Q = cli.define_fraction("beta_q", 0.5, "Highlight the top β_q of the query's tokens.")
+_BETA_D = cli.define_fraction("beta_d", 0.2, "Highlight the top β_d of the document's tokens.")
+_NUM_ALIGNED = cli.define_count("num_aligned", 3, "Most salient query tokens whose top-1 "
+                                "aligned document token is marked.")
 _OUT = flags.DEFINE_string("out", None, "The rendering to write: .html or .md.")
 _OPEN_FOR_SEARCH = cli.define_index_flags()
 
@@ -47,10 +47,6 @@ def _gold_doc(data: evaluation.BeirData, query_id: str) -> str:
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
-  for flag in (_BETA_Q, _BETA_D):
-    if not 0 < flag.value <= 1:
-      raise flags.ValidationError(f"--{flag.name}={flag.value} is not in (0, 1].")
   if os.path.splitext(_OUT.value)[1] not in (".html", ".md"):
     raise flags.ValidationError(f"--out={_OUT.value}: write .html or .md.")
   cli.check_output_file("out", _OUT.value)

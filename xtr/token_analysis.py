@@ -31,7 +31,8 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "BEIR-layout dataset directory
 _SPLIT = flags.DEFINE_string("split", "test", "qrels split whose queries are analyzed.")
 _INDEX = flags.DEFINE_string("index", None, "Token index of the dataset's corpus.")
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "The checkpoint the index was built with.")
-_K = flags.DEFINE_integer("k", 1000, "Ranks analyzed: document tokens retrieved per query token.")
+_K = cli.define_count("k", 1000, "Ranks analyzed: document tokens retrieved per query token (at "
+                      "most the tokens of the index's token retrieval).")
 _SEARCHER = flags.DEFINE_enum("searcher", "scann", ("scann", "bruteforce"), "Token searcher.")
 _LABEL = flags.DEFINE_string("label", "model", "The model's name in the JSON and the plot.")
 _OUT = flags.DEFINE_string("out", None, "JSON of the curves to write.")
@@ -122,13 +123,13 @@ def plot(curves: dict[str, dict[str, Any]], path: str) -> None:
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   data = evaluation.load_beir(_DATA_DIR.value, _SPLIT.value)
   encoder, token_index = _OPEN_FOR_SEARCH(_INDEX.value, _CHECKPOINT.value)
   cli.corpus_matches_index(data.corpus_path, token_index)
+  k = min(_K.value, token_index.num_indexed_tokens)
   result = {"label": _LABEL.value, "index": _INDEX.value, "checkpoint": _CHECKPOINT.value,
             "data_dir": _DATA_DIR.value, "split": _SPLIT.value,
-            **analyze(data, encoder, token_index, _K.value, _SEARCHER.value)}
+            **analyze(data, encoder, token_index, k, _SEARCHER.value)}
   evaluation.write_json(result, _OUT.value)
   if _PLOT.value:
     curves = {}
@@ -138,8 +139,8 @@ def main(argv: Sequence[str]) -> None:
       curves[earlier["label"]] = earlier
     curves[_LABEL.value] = result
     plot(curves, _PLOT.value)
-  for rank in (1, 10, 100, _K.value):
-    if rank <= _K.value:
+  for rank in (1, 10, 100, k):
+    if rank <= k:
       print(f"rank {rank}: P(gold) {result['gold'][rank - 1]:.3f} | "
             f"P(lexical) {result['lexical'][rank - 1]:.3f}")
 

@@ -21,9 +21,11 @@ from typing import Sequence, Union
 import numpy as np
 import sentencepiece
 import tokenizers
+from google.protobuf import message
 from sentencepiece import sentencepiece_model_pb2
 
 from xtr import storage
+from xtr import typecheck
 
 MAX_WORD_CHARS = 100  # Longer words (after normalization) encode as one [UNK], as in BERT.
 
@@ -44,18 +46,40 @@ def wordpiece_file(path: str) -> str:
 
 
 def read_wordpiece_tokens(path: str) -> list[str]:
-  """WordPiece tokens in id order from a tokenizer.json or vocab.txt; refuses a tokenizer.json
-  that is not an uncased BERT WordPiece."""
-  text = storage.read_bytes(path).decode("utf-8")
+  """WordPiece tokens in id order from a tokenizer.json or vocab.txt.
+
+  Raises:
+    ValueError: naming a file that is not UTF-8, a tokenizer.json that is not an uncased BERT
+      WordPiece (or not one at all), or a vocabulary whose ids are not 0, 1, ... once each.
+  """
+  try:
+    text = storage.read_bytes(path).decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path} is not a WordPiece vocabulary: invalid UTF-8 at byte "
+                     f"{e.start + 1}.") from None
   if not path.endswith(".json"):
     return text.rstrip("\n").split("\n")
-  spec = json.loads(text)
-  normalizer = spec.get("normalizer") or {}
-  if (spec["model"]["type"] != "WordPiece" or normalizer.get("type") != "BertNormalizer"
-      or not normalizer.get("lowercase") or normalizer.get("strip_accents") is False):
-    raise ValueError(f"{path} is not an uncased BERT WordPiece tokenizer.")
-  vocab = spec["model"]["vocab"]
+  vocab = _uncased_wordpiece_vocab(path, text)
+  if sorted(vocab.values()) != list(range(len(vocab))):
+    raise ValueError(f"{path}: the ids of model.vocab are not 0 to {len(vocab) - 1}, once each.")
   return sorted(vocab, key=vocab.get)
+
+
+def _uncased_wordpiece_vocab(path: str, text: str) -> dict[str, int]:
+  """model.vocab of the tokenizer.json `text`; refuses one that is not an uncased BERT
+  WordPiece."""
+  try:
+    spec = json.loads(text)
+    normalizer = spec.get("normalizer") or {}
+    model, vocab = spec["model"], spec["model"]["vocab"]
+    uncased = (model["type"] == "WordPiece" and normalizer.get("type") == "BertNormalizer"
+               and normalizer.get("lowercase") and normalizer.get("strip_accents") is not False)
+    typed = all(isinstance(t, str) and typecheck.matches(i, int) for t, i in vocab.items())
+  except (ValueError, KeyError, TypeError, AttributeError):
+    uncased = typed = False
+  if not (uncased and typed):
+    raise ValueError(f"{path} is not an uncased BERT WordPiece tokenizer.json.")
+  return vocab
 
 
 class WordPiece:
@@ -72,6 +96,10 @@ class WordPiece:
     self._ids = {token: i for i, token in enumerate(self.tokens)}
     if self.tokens[self.pad_id] != "[PAD]":
       raise ValueError(f"{self.path}: id {self.pad_id} must be [PAD], not {self.tokens[0]!r}.")
+    missing = [token for token in ("[CLS]", "[SEP]", "[UNK]") if token not in self._ids]
+    if missing:
+      raise ValueError(f"{self.path} lacks the special tokens {missing} of a BERT WordPiece "
+                       "vocabulary.")
     self.prefix, self.suffix = (self._ids["[CLS]"],), (self._ids["[SEP]"],)
     self.unk_id = self._ids["[UNK]"]
 
@@ -117,12 +145,11 @@ class SentencePiece:
 
   def __init__(self, path: str, extra_ids: int = 0):
     self.path, self.extra_ids = str(path), extra_ids
-    model = sentencepiece_model_pb2.ModelProto.FromString(storage.read_bytes(self.path))
-    for i in reversed(range(extra_ids)):
-      model.pieces.add(piece=f"▁<extra_id_{i}>", score=0.0,
-                       type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)
-    self._processor = sentencepiece.SentencePieceProcessor(
-        model_proto=model.SerializeToString())
+    try:
+      self._processor = sentencepiece.SentencePieceProcessor(
+          model_proto=_with_extra_ids(storage.read_bytes(self.path), extra_ids))
+    except (message.DecodeError, RuntimeError) as e:
+      raise ValueError(f"{self.path} is not a SentencePiece model ({e}).") from None
     if self._processor.pad_id() != self.pad_id:
       raise ValueError(f"{self.path}: the padding id must be {self.pad_id}, not "
                        f"{self._processor.pad_id()}.")
@@ -147,6 +174,21 @@ class SentencePiece:
 
   def describe(self) -> dict:
     return {"kind": self.kind, "path": self.path, "extra_ids": self.extra_ids}
+
+
+def _with_extra_ids(model_proto: bytes, extra_ids: int) -> bytes:
+  """A serialized SentencePiece model with `extra_ids` sentinels appended, as seqio adds them.
+
+  Raises:
+    message.DecodeError: the bytes are not a ModelProto, or one without pieces.
+  """
+  model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
+  if not model.pieces:
+    raise message.DecodeError("it holds no pieces")
+  for i in reversed(range(extra_ids)):
+    model.pieces.add(piece=f"▁<extra_id_{i}>", score=0.0,
+                     type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+  return model.SerializeToString()
 
 
 Tokenizer = Union[WordPiece, SentencePiece]

@@ -22,10 +22,15 @@ _MULTIHOST = flags.DEFINE_bool(
     "multihost", False, "Call jax.distributed.initialize() (one process per host).")
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
     "coordinator_address", None, "With --multihost: host:port of process 0 (default: detected).")
-_NUM_PROCESSES = flags.DEFINE_integer(
+_NUM_PROCESSES = cli.define_count(
     "num_processes", None, "With --multihost: number of processes (default: detected).")
-_PROCESS_ID = flags.DEFINE_integer(
-    "process_id", None, "With --multihost: this process's index (default: detected).")
+_PROCESS_ID = cli.define_count(
+    "process_id", None, "With --multihost: this process's index, in [0, --num_processes) "
+    "(default: detected).", lower_bound=0)
+flags.register_multi_flags_validator(
+    ["process_id", "num_processes"],
+    lambda v: None in v.values() or v["process_id"] < v["num_processes"],
+    message="--process_id must be less than --num_processes (processes count from 0).")
 _PROFILE_STEPS = flags.DEFINE_string(
     "profile_steps", None, "A:B: write a jax.profiler trace of steps A to B (inclusive) to "
     "MODEL_DIR/profile, for TensorBoard's profile plugin.")
@@ -48,7 +53,6 @@ def _profile_steps() -> tuple[int, int] | None:
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  cli.quiet_logging()
   profile_steps = _profile_steps()
   tf.config.set_visible_devices([], "GPU")  # TensorFlow only reads data: the GPUs are JAX's.
   cluster = {"coordinator_address": _COORDINATOR_ADDRESS.value,

@@ -38,15 +38,20 @@ def matches(value: Any, annotation: Any) -> bool:
   return True
 
 
+class BindingError(TypeError, ValueError):
+  """A configured value of the wrong type: a TypeError, and a ValueError, which the tools refuse
+  as bad input (`cli.run`: one line, exit status 2) rather than report as a bug."""
+
+
 def arguments(fn: Callable[..., Any], values: dict[str, Any]) -> None:
-  """Raises TypeError naming the first of `fn`'s arguments whose value does not fit its
+  """Raises BindingError (a TypeError) naming the first of `fn`'s arguments whose value does not fit its
   annotation (as `module.function.argument`, how gin names it)."""
   hints = typing.get_type_hints(fn)
   for name, value in values.items():
     if name in hints and not matches(value, hints[name]):
       qualname = fn.__qualname__.removesuffix(".__init__")
       where = f"{fn.__module__.removeprefix('xtr.')}.{qualname}.{name}"
-      raise TypeError(f"{where} = {value!r}: expected {_name(hints[name])}, got "
+      raise BindingError(f"{where} = {value!r}: expected {_name(hints[name])}, got "
                       f"{type(value).__name__}; check its gin binding.")
 
 
