@@ -16,6 +16,7 @@ import pytest
 
 from xtr import alignment
 from xtr import data
+from xtr import dev_eval  # noqa: F401 (gin: trainer.train.evaluator)
 from xtr import fileio
 from xtr import hf_weights
 from xtr import models
@@ -188,18 +189,26 @@ def test_sigterm_saves_the_step_reached_and_resumes_exactly(tmp_path):
                _final_params(stopped, target), _final_params(reference, target))
 
 
-def test_a_short_run_saves_by_time_logs_throughput_and_traces(tmp_path, capsys):
+def test_a_short_run_saves_by_time_logs_throughput_evaluates_and_traces(tmp_path, capsys,
+                                                                          scifact_slice):
   """save_every_minutes: a save at each logging step past the interval, not only every
-  save_every_steps steps; the log has tokens/s (no MFU on CPU); profile_steps writes a trace."""
+  save_every_steps steps; the log has tokens/s (no MFU on CPU) and the dev evaluator's nDCG@10
+  every 3 steps; profile_steps writes a trace."""
   _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'", "trainer.train.num_steps = 6",
                           "trainer.train.log_every_steps = 2",
                           "trainer.train.profile_steps = (2, 3)",
+                          "trainer.train.evaluator = @xtr.dev_eval.DevEvaluator()",
+                          f"xtr.dev_eval.DevEvaluator.data_dir = '{scifact_slice}'",
+                          "xtr.dev_eval.DevEvaluator.split = 'test'",
+                          "xtr.dev_eval.DevEvaluator.every_steps = 3",
+                          "xtr.dev_eval.DevEvaluator.sampled_docs = 10",
                           "checkpoints.Checkpointer.save_every_steps = 1000",
                           "checkpoints.Checkpointer.save_every_minutes = 1e-9",
                           "checkpoints.Checkpointer.keep = 100")
   assert _steps(tmp_path) == [1, 2, 4, 6]
   log = capsys.readouterr().out
   assert len(re.findall(r"steps/s \| \d+ tokens/s \| eta", log)) == 4 and "MFU" not in log
+  assert [int(step) for step in re.findall(r"step (\d) \| dev_ndcg@10 0\.\d{4}\n", log)] == [3, 6]
   assert list((tmp_path / "profile").rglob("*.xplane.pb"))
 
 

@@ -209,7 +209,9 @@ def train(model_dir: str = gin.REQUIRED,
           projection_sample_task: str | None = None,
           save_initial_params: bool = False,
           distillation: float = 0.0,
-          profile_steps: tuple[int, int] | None = None) -> TrainState:
+          profile_steps: tuple[int, int] | None = None,
+          evaluator: Callable[[int, nn.Module, Any, Any], dict[str, float]] | None = None
+          ) -> TrainState:
   """Trains `model` on `task_name` for `num_steps`, resuming from `model_dir` if possible.
 
   Args:
@@ -246,6 +248,9 @@ def train(model_dir: str = gin.REQUIRED,
       needs `pretrained_backbone`, which a resumed run then loads again.
     profile_steps: (first, last): write a `jax.profiler` trace of these steps to
       `model_dir/profile` (TensorBoard's profile plugin reads it).
+    evaluator: called after every step as `evaluator(step, model, params, vocabulary)`; the
+      metrics it returns (none at most steps) are printed and logged to TensorBoard, e.g.
+      `dev_eval.DevEvaluator` (nDCG@10 of a dev split).
   """
   typecheck.arguments(train, locals())
   lengths = task_feature_lengths or {"query": 32, "positive": 256, "negative": 256}
@@ -269,9 +274,9 @@ def train(model_dir: str = gin.REQUIRED,
     print(f"Mesh {dict(mesh.shape)}: process {jax.process_index()} of {jax.process_count()} feeds "
           f"block {layout.shard_id} of {layout.num_shards} of every batch "
           f"({batch_size // layout.num_shards} of {batch_size} queries).", flush=True)
-    iterator = iter(data.get_dataset(
-        task_name, vocabulary, lengths, batch_size // layout.num_shards, seed,
-        shard_id=layout.shard_id, num_shards=layout.num_shards))
+    dataset = data.get_dataset(task_name, vocabulary, lengths, batch_size // layout.num_shards,
+                               seed, shard_id=layout.shard_id, num_shards=layout.num_shards)
+    iterator = iter(dataset)
     optimizer = optimizers.make_optimizer()
     first_batches = lambda: data.get_dataset(projection_sample_task or task_name, vocabulary,
                                              lengths, batch_size, seed)
@@ -296,8 +301,11 @@ def train(model_dir: str = gin.REQUIRED,
         checkpoints.save_params(initial_dir, state.params)
       if num_steps == 0 and restored is None:  # The initial (e.g. pretrained) model, to export.
         checkpointer.maybe_save(0, state, iterator, force=True)
+      cost = _step_cost(model, state.params, dataset.element_spec, batch_size)
+      evaluate = None if evaluator is None else (
+          lambda step, params: evaluator(step, model, params, vocabulary))
       state = _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption,
-                    model_dir, num_steps, log_every_steps, model, profile_steps)
+                    model_dir, num_steps, log_every_steps, cost, profile_steps, evaluate)
     checkpointer.close()
     return state
 
@@ -350,21 +358,27 @@ def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
   return pretrained
 
 
+def _step_cost(model: nn.Module, params: Any, batch_spec: dict[str, Any],
+               batch_size: int) -> throughput.StepCost:
+  """The `throughput.StepCost` of a global batch of `batch_size` queries, shaped as a host's
+  batches (`batch_spec`: query_tokens [b, Lq], doc_tokens [b, K, Ld]) are."""
+  _, length = batch_spec["query_tokens"].shape
+  _, docs_per_query, doc_length = batch_spec["doc_tokens"].shape
+  return throughput.step_cost(model, params, (batch_size, length),
+                              (batch_size * docs_per_query, doc_length))
+
+
 def _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, model_dir,
-          num_steps, log_every_steps, model, profile_steps):
-  """Runs steps until `num_steps` or a preemption notice, logging and checkpointing; returns the
-  final state."""
+          num_steps, log_every_steps, cost, profile_steps, evaluate):
+  """Runs steps until `num_steps` or a preemption notice, logging, evaluating and checkpointing;
+  returns the final state."""
   writer = metric_writers.SummaryWriter(model_dir) if jax.process_index() == 0 else None
   start_step = int(state.step)
   reported = (start_step, time.time())  # The last report's (step, time).
-  cost, peak = None, throughput.peak_flops(list(mesh.devices.flat))
+  peak = throughput.peak_flops(list(mesh.devices.flat))
   tracing = False
   for step in range(start_step + 1, num_steps + 1):
     batch = partitioning.global_batch(jax.tree.map(np.asarray, next(iterator)), mesh, layout)
-    if cost is None:
-      docs = batch["doc_tokens"].shape
-      cost = throughput.step_cost(model, state.params, batch["query_tokens"].shape,
-                                  (docs[0] * docs[1], docs[2]))
     if profile_steps is not None and step == profile_steps[0]:
       jax.profiler.start_trace(os.path.join(model_dir, "profile"))
       tracing = True
@@ -376,6 +390,10 @@ def _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, m
       metrics = jax.tree.map(float, jax.device_get(metrics))
       _report(step, num_steps, reported, metrics, cost, peak, writer)
       reported = (step, time.time())
+    evaluated = {} if evaluate is None else evaluate(step, state.params)
+    if evaluated:
+      _log_evaluation(step, evaluated, writer)
+      reported = (step, time.time())  # The evaluation's time is not the steps'.
     preempted = preemption.reached(step)
     checkpointer.maybe_save(step, state, iterator, force=step == num_steps or preempted,
                             check_time=logged)
@@ -396,6 +414,13 @@ def _stop_trace(state: TrainState, model_dir: str) -> bool:
   jax.profiler.stop_trace()
   print(f"Wrote a profiler trace to {os.path.join(model_dir, 'profile')}.", flush=True)
   return False
+
+
+def _log_evaluation(step: int, metrics: dict[str, float], writer) -> None:
+  print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())),
+        flush=True)
+  if writer is not None:
+    writer.write_scalars(step, metrics)
 
 
 def _report(step, num_steps, reported, metrics, cost, peak, writer) -> None:
