@@ -283,7 +283,8 @@ def train(model_dir: str = gin.REQUIRED,
     checkpointer = checkpoints.Checkpointer(model_dir)
     # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
     pretrained = ({} if checkpointer.latest_step() is not None else
-                  _pretrained(model, pretrained_backbone, projection_init, first_batches))
+                  _pretrained(model, pretrained_backbone, projection_init, first_batches,
+                              mesh))
     # The distillation teacher: the untuned backbone, loaded again by a resumed run.
     teacher = (pretrained.get("backbone") or pretrained_backbone()) if distillation else None
     with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules()):
@@ -294,9 +295,9 @@ def train(model_dir: str = gin.REQUIRED,
         print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
       teacher_params = (None if teacher is None else
                         jax.device_put(teacher, shardings.params["backbone"]))
-      train_step = functools.partial(
-          make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size, seed,
-                          teacher_params is not None), teacher_params=teacher_params)
+      step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
+                             seed, teacher_params is not None)
+      train_step = lambda state, batch: step(state, batch, teacher_params)
       initial_dir = epath.Path(model_dir) / checkpoints.INITIAL_PARAMS
       if save_initial_params and restored is None and not initial_dir.exists():
         checkpoints.save_params(initial_dir, state.params)
@@ -340,8 +341,10 @@ def _objective(model: nn.Module, scoring: str, k_train: int, temperature: float,
 
 
 def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
-                projection_init: str, dataset: Callable[[], Any]) -> dict[str, Any]:
-  """The pretrained parameter subtrees that replace the model's random initialization."""
+                projection_init: str, dataset: Callable[[], Any],
+                mesh: Mesh) -> dict[str, Any]:
+  """The pretrained parameter subtrees that replace the model's random initialization (the PCA
+  projection computed on batches split over the mesh's `data` axis)."""
   if pretrained_backbone is None:
     if projection_init != "random":
       raise ValueError(f"projection_init={projection_init!r} needs a pretrained_backbone.")
@@ -353,7 +356,8 @@ def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
                  for ids in (batch["query_tokens"], batch["doc_tokens"].reshape(
                      -1, batch["doc_tokens"].shape[-1]))]
     pretrained["projection"] = {
-        "kernel": models.pca_projection(model, pretrained["backbone"], token_ids)}
+        "kernel": models.pca_projection(model, pretrained["backbone"], token_ids,
+                                        partitioning.batch_sharding(mesh))}
   elif projection_init != "random":
     raise ValueError(f"Unknown projection_init {projection_init!r}: expected 'random' or 'pca'.")
   return pretrained
