@@ -43,8 +43,8 @@ DEFAULT_RULES = (
 # FSDP (ZeRO-3, t5x's 2-D parameter partitioning, MaxText's `fsdp` axis on the data axis):
 # parameters' `embed` axis is split over `data` too, so parameters and optimizer state are not
 # replicated over the data shards; XLA gathers each layer's weights where the step uses them.
-# Activations keep `embed` whole: their `batch` axis takes `data` first.
-FSDP_RULES = (("embed", DATA_AXIS), *DEFAULT_RULES)
+# Activations keep `embed` whole: their `batch` axis takes `data` first (the rule before).
+FSDP_RULES = (DEFAULT_RULES[0], ("embed", DATA_AXIS), *DEFAULT_RULES[1:])
 
 
 @gin.configurable
