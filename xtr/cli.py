@@ -16,6 +16,7 @@ from absl import flags
 from absl import logging
 
 from xtr import alignment
+from xtr import compilation_cache
 from xtr import encoding
 from xtr import retrieval
 from xtr import searcher
@@ -106,7 +107,7 @@ def run(main: Callable[[Sequence[str]], None], module_name: str,
     sys.exit(0)
   flags.mark_flags_as_required(required)
   _fewer_malloc_arenas()
-  app.run(main)
+  app.run(compilation_cache.using_cache(main))
 
 
 def _fewer_malloc_arenas() -> None:
