@@ -12,7 +12,6 @@ import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 import tqdm
 from etils import epath
 
@@ -41,6 +40,8 @@ def load_params(checkpoint: str) -> Any:
   if released.is_released(checkpoint):
     return jax.device_put(released.load_params(checkpoint), device)
   state_dir = latest_step_dir(checkpoint) / "state"
+  # Imported here (~0.3 s): a search imports it while ScaNN loads (`searcher.open_for_search`).
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
   abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
                           metadata["params"])
