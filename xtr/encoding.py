@@ -40,7 +40,7 @@ def load_params(checkpoint: str) -> Any:
   if released.is_released(checkpoint):
     return jax.device_put(released.load_params(checkpoint), device)
   state_dir = latest_step_dir(checkpoint) / "state"
-  # Imported here (~0.3 s): a search imports it while ScaNN loads (`searcher.open_for_search`).
+  # Imported on first use (~0.3 s): --help and the importers of this module don't pay for it.
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
   abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),

@@ -10,7 +10,6 @@
 searcher, alignment, prune_query) and returns what `xtr-search` writes: per query, its top_k
 (doc id, score) pairs by decreasing score.
 """
-from concurrent import futures
 from typing import Sequence
 
 from xtr import alignment as alignment_lib
@@ -36,15 +35,12 @@ def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
       exist.
   """
   token_index = reader.open_index(index_path, verify)
-  # ScaNN loads in C++, without the GIL: the parameters are restored and the encoder built
-  # meanwhile, on another core.
-  with futures.ThreadPoolExecutor(1) as pool:
-    scann = pool.submit(token_index.load_scann)
-    params = encoding.load_params(checkpoint)
-    encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
-                                 params, checkpoint, vocabulary)
-    reader.check_compatible(token_index.manifest, encoder.dim, encoder.fingerprint)
-    scann.result()
+  # ScaNN holds its codes twice while it loads: before the parameters, that peak adds to less.
+  token_index.load_scann()
+  params = encoding.load_params(checkpoint)
+  encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
+                               params, checkpoint, vocabulary)
+  reader.check_compatible(token_index.manifest, encoder.dim, encoder.fingerprint)
   return encoder, token_index
 
 
