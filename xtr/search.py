@@ -1,6 +1,7 @@
 """`xtr-search`: rank a token index's documents for queries from a file or stdin.
 
-  echo "what causes scurvy" | xtr-search --index=runs/smoke/index --checkpoint=runs/smoke --top_k=10
+  echo "what causes scurvy" | xtr-search --index=runs/smoke/index --checkpoint=runs/smoke \
+    --top_k=10
   xtr-search --index=INDEX_DIR --checkpoint=MODEL_DIR --queries=QUERIES.jsonl --format=trec \
     --out=RUN.trec
 
@@ -96,8 +97,8 @@ def main(argv: Sequence[str]) -> None:
 
 def _exit_without_teardown() -> None:
   """Ends the process once its output is out: the interpreter's teardown (JAX's, XLA's and
-  ScaNN's objects, ~1,300 modules) took ~1 s more and has nothing to clean up after a search
-  (docs/performance.md, "Cold start")."""
+  ScaNN's objects, ~1,300 modules) took 0.3-0.7 s more on 2 cores and has nothing to clean up
+  after a search (docs/performance.md, "Cold start")."""
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(0)
