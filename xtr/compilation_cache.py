@@ -25,19 +25,24 @@ def default_dir() -> str:
   return os.path.join(cache_home, "xtr", "jax")
 
 
-def using_cache(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
-  """`main`, run with the cache of --compilation_cache (read once the flags are parsed).
+def enable(directory: str | None = None) -> None:
+  """Caches this process's compilations in `directory` (None: `default_dir()`) and reuses them.
 
   Every compilation is cached however short (JAX's default keeps only those over 1 s): a
   search's encoder compiles in well under a second, and its process lives little longer.
+  A Python program (e.g. with `xtr.Searcher`) calls it before its first search.
   """
+  jax.config.update("jax_compilation_cache_dir", directory or default_dir())
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def using_cache(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
+  """`main`, run with the cache of --compilation_cache (read once the flags are parsed)."""
   @functools.wraps(main)
   def run(argv: Sequence[str]) -> None:
     if _CACHE.value != "off":
-      directory = default_dir() if _CACHE.value == "default" else _CACHE.value
-      jax.config.update("jax_compilation_cache_dir", directory)
-      jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-      jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+      enable(None if _CACHE.value == "default" else _CACHE.value)
     main(argv)
 
   return run
