@@ -140,8 +140,9 @@ def test_fsdp_shards_parameters_and_optimizer_state_over_data():
 
 
 def _xtr_train(model_dir, *bindings, wait=True, output=subprocess.DEVNULL):
-  """Runs xtr-train on gin/runs/smoke.gin; without `wait`, the process (its stdout: `output`)."""
-  command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke.gin",
+  """Runs xtr-train on gin/runs/smoke_msmarco.gin; without `wait`, the process (its stdout:
+  `output`)."""
+  command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke_msmarco.gin",
              f"--gin_bindings=MODEL_DIR='{model_dir}'", *[f"--gin_bindings={b}" for b in bindings]]
   env = {**os.environ, "XLA_FLAGS": ""}
   if wait:
@@ -151,9 +152,9 @@ def _xtr_train(model_dir, *bindings, wait=True, output=subprocess.DEVNULL):
 
 
 def _train_smoke_in_process(*bindings: str) -> trainer.TrainState:
-  """`trainer.train()` under gin/runs/smoke.gin and `bindings`, in this process."""
+  """`trainer.train()` under gin/runs/smoke_msmarco.gin and `bindings`, in this process."""
   gin.clear_config()
-  gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke.gin")], list(bindings))
+  gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke_msmarco.gin")], list(bindings))
   try:
     return trainer.train()
   finally:
@@ -313,7 +314,7 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
   assert orthonormal == (projection_init == "pca")
   if projection_init == "pca":
     vocab = vocabularies.t5_vocabulary(str(t5_spm_path))
-    lengths = {"query": 32, "positive": 64, "negative": 64}  # smoke.gin's, batches of 16
+    lengths = {"query": 32, "positive": 64, "negative": 64}  # smoke_msmarco.gin's, batches of 16
     def pca_of(task):
       gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
       gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
