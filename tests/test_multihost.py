@@ -57,11 +57,16 @@ def _train(model_dir, triples: str, num_processes: int, *bindings: str) -> list[
   if num_processes > 1:
     command += ["--multihost", f"--coordinator_address=127.0.0.1:{_free_port()}",
                 f"--num_processes={num_processes}"]
+  return _run_all([command + ([f"--process_id={i}"] if num_processes > 1 else [])
+                   for i in range(num_processes)], devices)
+
+
+def _run_all(commands: list[list[str]], devices: int) -> list[str]:
+  """Runs the commands at once, each with `devices` CPU devices; returns their outputs once all
+  have exited 0. Stops every process on failure or timeout."""
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-  processes = [
-      subprocess.Popen(command + ([f"--process_id={i}"] if num_processes > 1 else []), cwd=REPO,
-                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-      for i in range(num_processes)]
+  processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for command in commands]
   try:
     outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in processes]
   finally:
@@ -138,18 +143,7 @@ def test_non_consecutive_rows_feed_their_devices():
   (non-consecutive) data shards, and each row of the global batch lands on the device that
   holds it: host h's local row 2k + j is row j of data shard (its k-th shard)."""
   address = f"127.0.0.1:{_free_port()}"
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-  processes = [subprocess.Popen([sys.executable, "-c", _INTERLEAVED, address, str(i)], cwd=REPO,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True) for i in range(2)]
-  try:
-    outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in processes]
-  finally:
-    for p in processes:
-      p.kill()
-      p.wait()
-  for p, output in zip(processes, outputs):
-    assert p.returncode == 0, output[-3000:]
+  outputs = _run_all([[sys.executable, "-c", _INTERLEAVED, address, str(i)] for i in range(2)], 4)
   assert "layout 0 2" in outputs[0] and "layout 1 2" in outputs[1]
   # Data shard s (rows 2s, 2s + 1) is held by process s % 2, as its (s // 2)-th shard.
   expected = [100 * (s % 2) + 2 * (s // 2) + j for s in range(8) for j in range(2)]
