@@ -49,10 +49,13 @@ def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings
   """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would (its params passed
   through `edit` first)."""
   gin.clear_config()
-  gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
-                                      [f"T5_SPM_PATH = '{t5_spm_path}'",
-                                       "_gin_model.model = %MODEL", *bindings])
-  model = _gin_model()
+  try:
+    gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
+                                        [f"T5_SPM_PATH = '{t5_spm_path}'",
+                                         "_gin_model.model = %MODEL", *bindings])
+    model = _gin_model()
+  finally:  # Gin is left as the tests found it: cleared (and unlocked).
+    gin.clear_config()
   params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])
   params = edit(params)
   checkpointer = checkpoints.Checkpointer(str(model_dir))

@@ -156,7 +156,9 @@ def test_export_eval_and_search_rank_the_scifact_slice_as_exact_maxsim_by_torch(
   assert process.returncode == 0, process.stderr[-2000:]
   model = json.loads((index / "manifest.json").read_text())["model"]
   assert (model["query_max_length"], model["doc_max_length"]) == (32, 512)
-  assert model["vocabulary"]["path"] == str(directory / "spiece.model")
+  assert model["vocabulary"]["path"] == "vocabulary/spiece.model"  # copied into the index
+  assert (index / "vocabulary" / "spiece.model").read_bytes() == (
+      directory / "spiece.model").read_bytes()
   process = run_tool("xtr.eval_beir", f"--data_dir={scifact_slice}", f"--index={index}",
                  f"--checkpoint={directory}", f"--out={tmp_path / 'r.json'}", "--scoring=exact",
                  "--top_k=10", f"--run_file={tmp_path / 'run.trec'}")
