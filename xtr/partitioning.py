@@ -23,7 +23,8 @@ DATA_AXIS = "data"
 MODEL_AXIS = "model"
 
 # Logical axis name -> mesh axis (None = replicated). Model parallelism splits the MLP, the
-# attention heads and the vocabulary, as t5x's standard rules do.
+# attention heads and the vocabulary, as t5x's standard rules do; the stacked layers of a
+# scanned encoder (`layer_stack`) are replicated.
 DEFAULT_RULES = (
     ("batch", DATA_AXIS),
     ("vocab", MODEL_AXIS),
@@ -38,6 +39,7 @@ DEFAULT_RULES = (
     ("token_type", None),
     ("token_vector", None),
     ("salience", None),
+    ("layers", None),
 )
 
 
