@@ -11,8 +11,9 @@ in, no encoder); "step temporaries" and "step arguments" (parameters, optimizer 
 the whole train step. Rows compare the in-batch objective of `xtr.objective` ("sharded": queries
 sharded over `data`, documents gathered once) with the loss that the trainer jitted before it
 ("global": `xtr.losses` on the global [B, n, C, m] token scores, left to XLA's SPMD partitioner,
-which replicates the top-k), and with gradient caching ("grad_cache": sharded, in micro-batches
-of `trainer.train.micro_batch_size` queries).
+which replicates the top-k), with gradient caching ("grad_cache": sharded, in micro-batches
+of `trainer.train.micro_batch_size` queries), and with FSDP ("fsdp": sharded, parameters and
+optimizer state split over `data` as well). A model axis splits each query's tokens in the loss.
 """
 import os
 
@@ -44,6 +45,8 @@ _SHAPES = flags.DEFINE_list("shapes", ["reduced", "paper"], "Shapes to compile (
 _MESHES = flags.DEFINE_list(
     "meshes", ["1x1", "2x1", "4x1", "8x1", "4x2"],
     "(data)x(model) meshes; data * model <= NUM_CPU_DEVICES (the simulated devices, default 8).")
+_VARIANTS = flags.DEFINE_list("variants", ["global", "sharded", "grad_cache", "fsdp"],
+                              "Objectives and layouts (see step_memory).")
 _OUT = flags.DEFINE_string("out", None, "Also write the table (markdown) to this file.")
 
 MIB = 2**20
@@ -82,11 +85,12 @@ SHAPES = {
 }
 
 
-def global_loss_and_metrics(objective_, q, q_mask, d, d_mask, doc_tokens, mesh,
-                            query_chunk=None):
+def global_loss_and_metrics(objective_, queries, docs, doc_tokens, mesh, query_chunk=None,
+                            teacher=None):
   """The in-batch loss as the trainer computed it before `xtr.objective`: `xtr.losses` on the
   global [B, n, C, m] token scores, partitioned by XLA (same signature as the objective's)."""
-  del doc_tokens, mesh, query_chunk
+  del doc_tokens, mesh, query_chunk, teacher
+  (q, q_mask, _), (d, d_mask, _) = queries, docs
   scores = losses.token_scores(q, d)
   retrieved = losses.retrieval_mask(scores, q_mask, d_mask, objective_.k_train)
   if objective_.scoring == "xtr":
@@ -102,8 +106,9 @@ def global_loss_and_metrics(objective_, q, q_mask, d, d_mask, doc_tokens, mesh,
 def step_memory(shape: Shape, mesh: Mesh, variant: str) -> tuple[float, float]:
   """(temporary, argument) MiB per device of the train step compiled for `shape` on `mesh`.
 
-  variant: "global" (the loss before `xtr.objective`), "sharded", or "grad_cache" (sharded, in
-  micro-batches of `shape.micro_batch_size` queries).
+  variant: "global" (the loss before `xtr.objective`), "sharded", "grad_cache" (sharded, in
+  micro-batches of `shape.micro_batch_size` queries) or "fsdp" (sharded, with parameters and
+  optimizer state split over `data` too: `partitioning.FSDP_RULES`).
   """
   model = models.XTREncoder(backbone=t5.T5Encoder(shape.config))
   optimizer = optimizers.make_optimizer("adafactor")
@@ -111,12 +116,13 @@ def step_memory(shape: Shape, mesh: Mesh, variant: str) -> tuple[float, float]:
            "doc_tokens": _input((shape.num_queries, shape.docs_per_query, shape.doc_length),
                                 jnp.int32, mesh)}
   micro_batch_size = shape.micro_batch_size if variant == "grad_cache" else None
-  with _objective(variant), jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
+  rules = partitioning.axis_rules(fsdp=variant == "fsdp")
+  with _objective(variant), jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     state = trainer.abstract_state(model, optimizer, mesh)
     step = trainer.make_train_step(
         model, optimizer, mesh, jax.tree.map(lambda x: x.sharding, state),
         objective.Objective("xtr", shape.k_train), micro_batch_size)
-    return _mib(step.lower(state, batch).compile())
+    return _mib(step.lower(state, batch, None).compile())
 
 
 def loss_memory(shape: Shape, mesh: Mesh, variant: str) -> tuple[float, float]:
@@ -135,7 +141,7 @@ def loss_memory(shape: Shape, mesh: Mesh, variant: str) -> tuple[float, float]:
 
   def loss_and_grads(q, q_mask, d, d_mask, doc_tokens):
     loss = lambda q, d: objective.loss_and_metrics(
-        objective_, q, q_mask, d, d_mask, doc_tokens, mesh, query_chunk)[0]
+        objective_, (q, q_mask, None), (d, d_mask, None), doc_tokens, mesh, query_chunk)[0]
     return jax.value_and_grad(loss, argnums=(0, 1))(q, d)
 
   with _objective(variant), jax.set_mesh(mesh):
@@ -166,7 +172,7 @@ def main(argv) -> None:
   for name in _SHAPES.value:
     shape = SHAPES[name]
     meshes = [tuple(int(n) for n in m.split("x")) for m in _MESHES.value]
-    runs = [(variant, m) for variant in ("global", "sharded", "grad_cache") for m in meshes
+    runs = [(variant, m) for variant in _VARIANTS.value for m in meshes
             if variant != "grad_cache" or shape.micro_batch_size % m[0] == 0]
     for variant, (data, model_parallel) in runs:
       start = time.time()

@@ -47,10 +47,10 @@ def triples(tmp_path_factory, msmarco_triples_path) -> str:
 
 
 def _train(model_dir, triples: str, num_processes: int, *bindings: str) -> list[str]:
-  """Runs `xtr-train` on gin/runs/smoke.gin in `num_processes` processes sharing 8 CPU devices;
+  """Runs `xtr-train` on gin/runs/smoke_msmarco.gin in `num_processes` processes sharing 8 CPU devices;
   returns each process's output. Stops every process on failure or timeout."""
   devices = 8 // num_processes
-  command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke.gin",
+  command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke_msmarco.gin",
              f"--gin_bindings=MODEL_DIR = '{model_dir}'",
              f"--gin_bindings=TRIPLES_PATH = '{triples}'",
              *[f"--gin_bindings={b}" for b in (*BINDINGS, *bindings)]]

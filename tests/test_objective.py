@@ -12,7 +12,7 @@ from xtr import losses
 from xtr import objective
 from xtr import partitioning
 
-B, N, K, M, DIM, LD = 8, 5, 2, 6, 8, 4  # queries, query tokens, docs per query, doc tokens, ...
+B, N, K, M, DIM, LD = 8, 8, 2, 6, 8, 4  # queries, query tokens, docs per query, doc tokens, ...
 
 
 def _batch(seed: int, duplicates: dict[int, int] | None = None):
@@ -88,8 +88,9 @@ def _sharded(objective_, mesh, batch, query_chunk=None, saliences=(None, None)):
         q, d, *jax.tree.map(put, saliences))
 
 
+# On (4, 2) and (2, 4) the model axis splits each query's N tokens.
 MESHES = {"one device": dict(devices=jax.devices()[:1]), "(8, 1)": {},
-          "(4, 2)": dict(num_partitions=2)}
+          "(4, 2)": dict(num_partitions=2), "(2, 4)": dict(num_partitions=4)}
 
 
 ALIGNERS = {"top-1 + salience": (alignment.Alignment(), 0.0),
@@ -177,31 +178,34 @@ def test_false_negatives_leave_the_softmax():
   np.testing.assert_allclose(expected[2], query_2, rtol=1e-6)
 
 
-def test_loss_memory_falls_with_data_shards():
-  """Per-device temporaries of the loss and its gradient (XLA's memory analysis, deterministic):
-  with 8 data shards at most 1/4 of one shard's (1/8 plus the gathered documents)."""
+def _loss_temp_bytes(data: int, model: int) -> int:
+  """Per-device temporaries of the loss and its gradient on a (data, model) mesh (XLA's memory
+  analysis, deterministic)."""
   b, n, k, m, dim = 64, 16, 2, 32, 16
   objective_ = objective.Objective("xtr", 32)
+  mesh = partitioning.make_mesh(model, devices=jax.devices()[:data * model])
+  spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct(
+      shape, dtype, sharding=NamedSharding(mesh, PartitionSpec("data")))
+  args = (spec(b, n, dim), spec(b, n, dtype=bool), spec(b * k, m, dim),
+          spec(b * k, m, dtype=bool), spec(b * k, m, dtype=jnp.int32))
 
-  def temp_bytes(num_devices: int) -> int:
-    mesh = partitioning.make_mesh(devices=jax.devices()[:num_devices])
-    spec = lambda *shape, dtype=jnp.float32: jax.ShapeDtypeStruct(
-        shape, dtype, sharding=NamedSharding(mesh, PartitionSpec("data")))
-    args = (spec(b, n, dim), spec(b, n, dtype=bool), spec(b * k, m, dim),
-            spec(b * k, m, dtype=bool), spec(b * k, m, dtype=jnp.int32))
+  def loss_and_grads(q, q_mask, d, d_mask, doc_tokens):
+    return jax.grad(lambda q, d: objective.loss_and_metrics(
+        objective_, (q, q_mask, None), (d, d_mask, None), doc_tokens, mesh)[0],
+                    argnums=(0, 1))(q, d)
 
-    def loss_and_grads(q, q_mask, d, d_mask, doc_tokens):
-      return jax.grad(lambda q, d: objective.loss_and_metrics(
-          objective_, (q, q_mask, None), (d, d_mask, None), doc_tokens, mesh)[0],
-                      argnums=(0, 1))(q, d)
+  with jax.set_mesh(mesh):
+    compiled = jax.jit(loss_and_grads).lower(*args).compile()
+  return compiled.memory_analysis().temp_size_in_bytes
 
-    with jax.set_mesh(mesh):
-      compiled = jax.jit(loss_and_grads).lower(*args).compile()
-    return compiled.memory_analysis().temp_size_in_bytes
 
-  one, eight = temp_bytes(1), temp_bytes(8)
-  assert one > b * n * b * k * m * 4  # at least the [B, n, C, m] float32 token scores
-  assert eight <= one / 4, (one, eight)
+def test_loss_memory_falls_with_data_and_model_shards():
+  """With 8 data shards, at most 1/4 of one shard's temporaries (1/8 plus the gathered
+  documents); with 4 model shards (each query's tokens split over them), at most 1/3."""
+  one = _loss_temp_bytes(1, 1)
+  assert one > 64 * 16 * 64 * 2 * 32 * 4  # at least the [B, n, C, m] float32 token scores
+  assert _loss_temp_bytes(8, 1) <= one / 4
+  assert _loss_temp_bytes(1, 4) <= one / 3
 
 
 def test_unknown_scoring_is_refused():

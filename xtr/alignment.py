@@ -179,12 +179,19 @@ def scores_from_token_scores(s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
 def normalized_sum(s: jax.Array, a: jax.Array, q_mask: jax.Array, normalize: str) -> jax.Array:
   """sim [B, C] = Σ_ij S_ij A_ij / max(Z, Z_FLOOR) from s and a [B, n, C, m]; Z = Σ A
   ("alignment") or the number of valid query tokens ("query")."""
+  total, z = normalized_parts(s, a, q_mask, normalize)
+  return total / jnp.maximum(z, Z_FLOOR)
+
+
+def normalized_parts(s: jax.Array, a: jax.Array, q_mask: jax.Array,
+                     normalize: str) -> tuple[jax.Array, jax.Array]:
+  """(Σ_ij S_ij A_ij [B, C], Z [B, C]) of `normalized_sum`: sums over any split of the query
+  tokens add up to the whole's (A_ij depends on query token i's row alone)."""
   total = jnp.sum(s * a, axis=(1, 3))
   if normalize == "alignment":
-    z = jnp.sum(a, axis=(1, 3))
-  else:
-    z = jnp.broadcast_to(jnp.sum(q_mask, axis=1, dtype=jnp.float32)[:, None], total.shape)
-  return total / jnp.maximum(z, Z_FLOOR)
+    return total, jnp.sum(a, axis=(1, 3))
+  return total, jnp.broadcast_to(jnp.sum(q_mask, axis=1, dtype=jnp.float32)[:, None],
+                                 total.shape)
 
 
 @gin.configurable
@@ -235,6 +242,12 @@ class Alignment:
     """sim [B, C] from token scores s [B, n, C, m] (`scores_from_token_scores`)."""
     return scores_from_token_scores(s, q_mask, d_mask, u_q, u_d, self.pairwise, self.k, self.p,
                                     self.normalize, self.epsilon, self.num_iters)
+
+  def parts_from_token_scores(self, s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
+                              u_q: jax.Array | None = None, u_d: jax.Array | None = None
+                              ) -> tuple[jax.Array, jax.Array]:
+    """(numerator [B, C], Z [B, C]) of `from_token_scores` (`normalized_parts`)."""
+    return normalized_parts(s, self.matrix(s, q_mask, d_mask, u_q, u_d), q_mask, self.normalize)
 
   def matrix(self, s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
              u_q: jax.Array | None = None, u_d: jax.Array | None = None) -> jax.Array:

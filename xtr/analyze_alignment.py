@@ -1,6 +1,7 @@
 """`xtr-analyze-alignment`: the instruments of "Generative Retrieval as Multi-Vector Dense
 Retrieval" (Wu et al., 2024) on trained checkpoints and a BEIR-layout split (`xtr.analysis`).
 
+  # after `make demo` (runs/demo):
   xtr-analyze-alignment --gin_file=gin/runs/demo.gin --gin_file=gin/analysis/untuned_minilm.gin \
     --data_dir=data/scifact --split=test --checkpoint=XTR=runs/demo/xtr/wise_ft_0.7 \
     [--checkpoint=LABEL=MODEL_DIR ...] [--compare=OTHER_DIR/alignment.json ...] \

@@ -22,6 +22,7 @@ from absl import flags
 from absl import logging
 
 from xtr import alignment
+from xtr import compilation_cache
 from xtr import encoding
 from xtr import retrieval
 from xtr import searcher
@@ -143,7 +144,7 @@ def run(main: Callable[[Sequence[str]], None], module_name: str,
     sys.exit(0)
   flags.mark_flags_as_required(required)
   _fewer_malloc_arenas()
-  app.run(refusing(main), flags_parser=_parse_flags)
+  app.run(refusing(compilation_cache.using_cache(main)), flags_parser=_parse_flags)
 
 
 def _parse_flags(argv: Sequence[str]) -> Sequence[str]:

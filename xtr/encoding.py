@@ -12,7 +12,6 @@ import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 import tqdm
 from etils import epath
 
@@ -54,6 +53,8 @@ def load_params(checkpoint: str) -> Any:
 
 def _restore(state_dir: epath.Path, device: jax.sharding.Sharding) -> Any:
   """The params of an xtr-train checkpoint's state directory, restored onto `device`."""
+  # Imported on first use (~0.3 s): --help and the importers of this module don't pay for it.
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
   abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
                           metadata["params"])

@@ -1,11 +1,12 @@
 """`xtr-eval-beir`: search a BEIR split with a token index and report the paper's metrics.
 
-  xtr-eval-beir --data_dir=DATA_DIR --split=test --index=INDEX_DIR --checkpoint=runs/demo \
-    --k_prime=1000 --scoring=xtr --impute=top_k_prime --out=results.json --run_file=run.trec
+  xtr-eval-beir --data_dir=data/scifact --split=test --index=runs/smoke/index \
+    --checkpoint=runs/smoke --k_prime=1000 --scoring=xtr --impute=top_k_prime \
+    --out=runs/smoke/scifact.json --run_file=runs/smoke/scifact.trec
 
 Writes JSON with nDCG@10, Recall@100 and MRR@10 (pytrec_eval, averaged as BEIR does), the
 search settings, the latency of search + scoring per query (encoding excluded) and per-query
-values; prints a one-line summary. DATA_DIR is any BEIR-layout directory whose corpus.jsonl the
+values; prints a one-line summary. --data_dir is any BEIR-layout directory whose corpus the
 index was exported from.
 """
 from typing import Any, Sequence

@@ -1,7 +1,7 @@
 """`xtr-export`: encode a corpus with a trained XTR encoder and build its token index.
 
   xtr-export --gin_file=gin/runs/smoke.gin --checkpoint=runs/smoke \
-    --corpus=DATA_DIR/corpus.jsonl --out=INDEX_DIR
+    --corpus=data/scifact/corpus.jsonl.gz --out=runs/smoke/index
 
 The released XTR weights (README, "Evaluate the released XTR"): --gin_file of their model
 (gin/models/xtr_base_en.gin) and --checkpoint=their directory, which gin sees as CHECKPOINT.

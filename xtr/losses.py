@@ -16,7 +16,6 @@ them to a global batch sharded over the mesh.
 """
 import jax
 import jax.numpy as jnp
-import optax
 
 
 def token_scores(q: jax.Array, d: jax.Array) -> jax.Array:
@@ -83,9 +82,17 @@ def f_colbert_from_token_scores(scores: jax.Array, q_mask: jax.Array,
   Returns:
     [B, C] float32: mean over valid query tokens of the max over valid document tokens.
   """
+  total, count = f_colbert_parts(scores, q_mask, d_mask)
+  return total / jnp.maximum(count, 1)
+
+
+def f_colbert_parts(scores: jax.Array, q_mask: jax.Array,
+                    d_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Eq. 1 as (sum over valid query tokens of their max [B, C], number of valid query tokens
+  [B, C]): sums over any split of the query tokens add up to the whole's."""
   token_max = jnp.max(scores, axis=-1, where=d_mask, initial=-jnp.inf)  # [B, n, C]
   total = jnp.sum(jnp.where(q_mask[:, :, None], token_max, 0.0), axis=1)
-  return total / jnp.maximum(jnp.sum(q_mask, axis=1), 1)[:, None]
+  return total, jnp.broadcast_to(jnp.sum(q_mask, axis=1)[:, None], total.shape)
 
 
 def f_xtr_from_token_scores(scores: jax.Array, retrieved: jax.Array,
@@ -105,11 +112,18 @@ def f_xtr_from_token_scores(scores: jax.Array, retrieved: jax.Array,
   Returns:
     [B, C] float32 f_xtr scores; gradients flow through the retrieved token scores only.
   """
+  total, hits = f_xtr_parts(scores, retrieved, d_mask)
+  return total / jnp.maximum(hits, 1)
+
+
+def f_xtr_parts(scores: jax.Array, retrieved: jax.Array,
+                d_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Eq. 2 as (its numerator [B, C], Z [B, C]: the query tokens that retrieved a token of D):
+  sums over any split of the query tokens add up to the whole's."""
   kept = jnp.where(retrieved, scores, 0.0)
   token_max = jnp.max(kept, axis=-1, where=d_mask, initial=-jnp.inf)  # [B, n, C]
   hit = jnp.any(retrieved, axis=-1)  # [B, n, C]
-  total = jnp.sum(jnp.where(hit, token_max, 0.0), axis=1)
-  return total / jnp.maximum(jnp.sum(hit, axis=1), 1)
+  return jnp.sum(jnp.where(hit, token_max, 0.0), axis=1), jnp.sum(hit, axis=1)
 
 
 def f_colbert(q: jax.Array, q_mask: jax.Array, d: jax.Array, d_mask: jax.Array) -> jax.Array:
@@ -168,6 +182,7 @@ def in_batch_cross_entropy(scores: jax.Array, positive_index: jax.Array) -> jax.
   Returns:
     [B] float32 losses; the training loss is their mean.
   """
+  import optax  # pylint: disable=import-outside-toplevel  # Training only: search skips ~0.3 s.
   return optax.softmax_cross_entropy_with_integer_labels(scores.astype(jnp.float32),
                                                          positive_index)
 

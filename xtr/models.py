@@ -4,6 +4,7 @@ import dataclasses
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -80,22 +81,30 @@ def with_scan_layers(model: XTREncoder, scan_layers: bool) -> XTREncoder:
   return model.clone(backbone=model.backbone.clone(config=config))
 
 
-def pca_projection(model: XTREncoder, backbone_params: Any, token_ids: list[np.ndarray]):
+def pca_projection(model: XTREncoder, backbone_params: Any, token_ids: list[np.ndarray],
+                   sharding: jax.sharding.Sharding | None = None) -> np.ndarray:
   """A projection kernel [H, D] that keeps the most of the backbone's token geometry.
 
-  The kernel's columns are the top-D right singular vectors of the (uncentered) matrix of the
-  backbone's token vectors on `token_ids` (arrays [B, L] of ids): the D-dimensional subspace that
-  best preserves their dot products. Fine-tuning then starts from the pretrained MaxSim instead of
-  a random 128-d projection.
+  The kernel's columns are the top-D eigenvectors of the second moment HᵀH [H, H] of the
+  backbone's token vectors H on `token_ids` (arrays [B, L] of ids), i.e. the top-D right singular
+  vectors of H: the D-dimensional subspace that best preserves their dot products. Fine-tuning
+  then starts from the pretrained MaxSim instead of a random 128-d projection. HᵀH is summed
+  batch by batch on the devices (each batch placed with `sharding`, e.g. split over `data`), so H
+  itself is never gathered.
   """
-  hidden = []
-  for ids in token_ids:
+  @jax.jit
+  def second_moment(ids):  # [B, L] -> ([H, H] float32, valid tokens)
     mask = ids != PAD_ID
     states = model.backbone.apply({"params": backbone_params}, ids, mask, deterministic=True)
-    hidden.append(np.asarray(states, np.float32)[mask])
-  hidden = np.concatenate(hidden)  # [T, H]
-  if model.embed_dim is None or model.embed_dim > min(hidden.shape):
+    states = jnp.where(mask[..., None], states.astype(jnp.float32), 0.0)
+    return jnp.einsum("blh,blk->hk", states, states), jnp.sum(mask)
+
+  moments = [second_moment(jax.device_put(ids, sharding)) for ids in token_ids]
+  moment = np.sum([np.asarray(m, np.float64) for m, _ in moments], axis=0)
+  tokens = sum(int(n) for _, n in moments)
+  if model.embed_dim is None or model.embed_dim > min(tokens, moment.shape[0]):
     raise ValueError(f"A PCA projection to embed_dim={model.embed_dim} needs at most the "
-                     f"backbone's hidden size and at least as many tokens; got {hidden.shape}.")
-  _, _, vt = np.linalg.svd(hidden, full_matrices=False)
-  return vt[:model.embed_dim].T
+                     f"backbone's hidden size and at least as many tokens; got {tokens} tokens "
+                     f"of size {moment.shape[0]}.")
+  _, eigenvectors = np.linalg.eigh(moment)  # Ascending eigenvalues.
+  return eigenvectors[:, ::-1][:, :model.embed_dim].astype(np.float32)

@@ -7,9 +7,12 @@ gather the whole [B, n, C, m] token score tensor onto every device. Here the spl
 (`jax.shard_map` over the `data` axis): each device keeps its B/S queries (S data shards), gathers
 the document token vectors of the batch once (C·m·D values) and scores its queries against all of
 them. Token retrieval is per query token, so each device's top-k_train is exactly the global one;
-the per-query sums are then added up over the mesh. Per-device memory is O(B/S · n · C · m), or
-O(chunk · n · C · m) with `query_chunk` (the chunks are recomputed in the backward pass instead of
-being stored).
+the per-query sums are then added up over the mesh. With a model axis of M shards that divides
+the query length, each model shard takes n/M of every query's tokens: every score is a sum over
+query tokens divided by a normalizer that is one too (f_xtr's Z, the valid tokens, ALIGNER's Σ A),
+so the shards' numerators and normalizers are summed over `model` before the division. Per-device
+memory is O(B/S · n/M · C · m), or O(chunk · n/M · C · m) with `query_chunk` (the chunks are
+recomputed in the backward pass instead of being stored).
 
 False negatives: a document whose token ids equal a query's positive (the same document, drawn
 again as another query's positive or negative) is not a negative of that query: it is left out
@@ -92,9 +95,14 @@ def loss_and_metrics(objective: Objective, queries: Tokens, docs: Tokens, doc_to
   if (teacher is None) != (objective.distillation == 0):
     raise ValueError("A teacher's tokens go with objective.distillation > 0, and only with it.")
   shard = PartitionSpec(partitioning.DATA_AXIS)
+  split_tokens = _splits_query_tokens(mesh, queries[0].shape[1])
+  query_spec = (PartitionSpec(partitioning.DATA_AXIS, partitioning.MODEL_AXIS) if split_tokens
+                else shard)
   sums = jax.shard_map(
-      functools.partial(_shard_sums, objective, query_chunk=query_chunk), mesh=mesh,
-      in_specs=(shard,) * 4, out_specs=PartitionSpec())(queries, docs, doc_tokens, teacher)
+      functools.partial(_shard_sums, objective, query_chunk=query_chunk,
+                        split_tokens=split_tokens), mesh=mesh,
+      in_specs=(query_spec, shard, shard, shard),
+      out_specs=PartitionSpec())(queries, docs, doc_tokens, teacher)
   num_queries = queries[0].shape[0]
   loss = sums["loss"] / num_queries
   metrics = {"loss": loss, "accuracy": sums["accuracy"] / num_queries}
@@ -113,14 +121,22 @@ def loss_and_metrics(objective: Objective, queries: Tokens, docs: Tokens, doc_to
   return loss, metrics
 
 
+def _splits_query_tokens(mesh: Mesh, query_length: int) -> bool:
+  """Whether the loss splits each query's tokens over `model`: with a model axis that divides
+  them (else every model shard computes the whole loss of its data shard)."""
+  model = mesh.shape[partitioning.MODEL_AXIS]
+  return model > 1 and query_length % model == 0
+
+
 def _masked_mean(u: jax.Array, mask: jax.Array) -> jax.Array:
   return jnp.sum(jnp.where(mask, u, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
 
 
 def _shard_sums(objective: Objective, queries: Tokens, docs: Tokens, doc_tokens, teacher,
-                query_chunk):
+                query_chunk, split_tokens):
   """One data shard: sums over its b queries [b, ...] of their losses and metrics against the
-  documents of the whole batch (its own [b·K, ...] documents gathered from every shard)."""
+  documents of the whole batch (its own [b·K, ...] documents gathered from every shard); with
+  `split_tokens`, this model shard holds n/M of each query's tokens ([b, n/M, ...])."""
   num_queries = queries[0].shape[0]
   docs_per_query = docs[0].shape[0] // num_queries
   gather = functools.partial(jax.lax.all_gather, axis_name=partitioning.DATA_AXIS, tiled=True)
@@ -133,7 +149,7 @@ def _shard_sums(objective: Objective, queries: Tokens, docs: Tokens, doc_tokens,
   chunk = query_chunk or num_queries
   if num_queries % chunk:
     raise ValueError(f"query_chunk={chunk} does not divide the {num_queries} queries per device.")
-  sums_of = functools.partial(_query_sums, objective, batch_docs)
+  sums_of = functools.partial(_query_sums, objective, batch_docs, split_tokens=split_tokens)
   if chunk == num_queries:
     sums = sums_of(queries)
   else:
@@ -143,7 +159,8 @@ def _shard_sums(objective: Objective, queries: Tokens, docs: Tokens, doc_tokens,
   return jax.tree.map(lambda x: jax.lax.psum(x, partitioning.DATA_AXIS), sums)
 
 
-def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Array]:
+def _query_sums(objective: Objective, batch_docs, queries,
+                split_tokens: bool) -> dict[str, jax.Array]:
   """Sums over a chunk of queries.
 
   Args:
@@ -151,6 +168,8 @@ def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Arra
       Tokens or None) of the global batch.
     queries: ((q [c, n, D], q_mask [c, n], u_q), positive_index [c], positive_tokens [c, Ld],
       the teacher's query Tokens or None).
+    split_tokens: q holds this model shard's n of each query's tokens: the scores' numerators
+      and normalizers, and the token counts, are summed over `model`.
 
   Returns:
     {"loss", "accuracy"} summed over the c queries; with the hit rate, {"token_hits",
@@ -165,12 +184,16 @@ def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Arra
   if objective.scoring == "xtr" or objective.token_hit_rate:
     retrieved = losses.retrieval_mask(token_scores, q_mask, d_mask, objective.k_train,
                                       false_negative)
+  over_model = ((lambda x: jax.lax.psum(x, partitioning.MODEL_AXIS)) if split_tokens else
+                (lambda x: x))
   if objective.scoring == "xtr":
-    scores = losses.f_xtr_from_token_scores(token_scores, retrieved, d_mask)
+    total, z = losses.f_xtr_parts(token_scores, retrieved, d_mask)
   elif objective.scoring == "colbert":
-    scores = losses.f_colbert_from_token_scores(token_scores, q_mask, d_mask)
+    total, z = losses.f_colbert_parts(token_scores, q_mask, d_mask)
   else:
-    scores = objective.alignment.from_token_scores(token_scores, q_mask, d_mask, u_q, u_d)
+    total, z = objective.alignment.parts_from_token_scores(token_scores, q_mask, d_mask, u_q, u_d)
+  floor = alignment_lib.Z_FLOOR if objective.scoring == "aligner" else 1
+  scores = over_model(total) / jnp.maximum(over_model(z), floor)  # [c, C]
   scores = jnp.where(false_negative, -jnp.inf, scores / objective.temperature)
   sums = {"loss": jnp.sum(losses.in_batch_cross_entropy(scores, positive_index)),
           "accuracy": jnp.sum(losses.in_batch_accuracy(scores, positive_index))}
@@ -181,6 +204,7 @@ def _query_sums(objective: Objective, batch_docs, queries) -> dict[str, jax.Arra
     teacher_scores = jnp.where(false_negative, -jnp.inf, teacher_scores / objective.temperature)
     sums["distillation_kl"] = jnp.sum(losses.distillation_kl(scores, teacher_scores))
   if objective.token_hit_rate:
-    sums["token_hits"] = jnp.sum(losses.positive_token_hits(retrieved, q_mask, positive_index))
-    sums["query_tokens"] = jnp.sum(q_mask)
+    sums["token_hits"] = over_model(
+        jnp.sum(losses.positive_token_hits(retrieved, q_mask, positive_index)))
+    sums["query_tokens"] = over_model(jnp.sum(q_mask))
   return sums

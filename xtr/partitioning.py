@@ -22,8 +22,9 @@ from xtr import typecheck
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
 
-# Logical axis name -> mesh axis (None = replicated). Model parallelism splits the MLP, the
-# attention heads and the vocabulary, as t5x's standard rules do; the stacked layers of a
+# Logical axis name -> mesh axis (None = replicated), in order of precedence: an array takes the
+# first rule of each of its axes whose mesh axis it does not use yet. Model parallelism splits the
+# MLP, the attention heads and the vocabulary, as t5x's standard rules do; the stacked layers of a
 # scanned encoder (`layer_stack`) are replicated.
 DEFAULT_RULES = (
     ("batch", DATA_AXIS),
@@ -41,6 +42,17 @@ DEFAULT_RULES = (
     ("salience", None),
     ("layers", None),
 )
+# FSDP (ZeRO-3, t5x's 2-D parameter partitioning, MaxText's `fsdp` axis on the data axis):
+# parameters' `embed` axis is split over `data` too, so parameters and optimizer state are not
+# replicated over the data shards; XLA gathers each layer's weights where the step uses them.
+# Activations keep `embed` whole: their `batch` axis takes `data` first (the rule before).
+FSDP_RULES = (DEFAULT_RULES[0], ("embed", DATA_AXIS), *DEFAULT_RULES[1:])
+
+
+@gin.configurable
+def axis_rules(fsdp: bool = False) -> tuple[tuple[str, str | None], ...]:
+  """The logical axis rules of training: `FSDP_RULES` with `fsdp`, else `DEFAULT_RULES`."""
+  return FSDP_RULES if fsdp else DEFAULT_RULES
 
 
 @gin.configurable
@@ -187,9 +199,24 @@ def _snake(box: Sequence[int]) -> list[tuple[int, ...]]:
   return [(i, *cell) for i in range(box[0]) for cell in (inner if i % 2 == 0 else inner[::-1])]
 
 
-def param_shardings(boxed_params: Any, mesh: Mesh, rules=DEFAULT_RULES) -> Any:
-  """NamedShardings for a tree of `nn.LogicallyPartitioned` (boxed) parameters."""
-  return nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed_params), mesh, rules)
+def param_shardings(boxed_params: Any, mesh: Mesh, rules=None) -> Any:
+  """NamedShardings for a tree of `nn.LogicallyPartitioned` (boxed) parameters, by `rules`
+  (default: the active `nn.logical_axis_rules`, `axis_rules()` in the trainer); an axis that
+  its mesh axes do not divide stays whole."""
+  shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed_params), mesh, rules)
+  boxed = lambda x: isinstance(x, nn.meta.AxisMetadata)
+  values = jax.tree.map(lambda x: x.value if boxed(x) else x, boxed_params, is_leaf=boxed)
+  return jax.tree.map(lambda x, s: _divisible(x.shape, s), values, shardings)
+
+
+def _divisible(shape: tuple[int, ...], sharding: NamedSharding) -> NamedSharding:
+  """`sharding` without the splits that do not divide their axis of `shape`."""
+  def fits(size, axes):
+    axes = (axes,) if isinstance(axes, str) else axes or ()
+    return size % math.prod(sharding.mesh.shape[a] for a in axes) == 0
+  spec = [axes if fits(size, axes) else None
+          for size, axes in zip(shape, (*sharding.spec, *[None] * len(shape)))]
+  return NamedSharding(sharding.mesh, PartitionSpec(*spec))
 
 
 def opt_state_shardings(opt_state: Any, params: Any, shardings: Any, mesh: Mesh) -> Any:

@@ -1,7 +1,8 @@
 """`xtr-train`: gin-configured training of XTR or T5-ColBERT.
 
+  xtr-train --gin_file=gin/runs/smoke.gin     # runs/smoke: the tiny T5 on the bundled SciFact
   xtr-train --gin_file=gin/runs/xtr_msmarco.gin \
-    --gin_bindings="MODEL_DIR='/tmp/xtr'" --gin_bindings="TRIPLES_PATH='triples.train.tsv'"
+    --gin_bindings="MODEL_DIR='/tmp/xtr'" --gin_bindings="TRIPLES_PATH='TRIPLES.tsv'"
 
 With several processes (one per host), pass --multihost to every one of them: on TPU VMs (and
 SLURM, Open MPI, ...) JAX finds the others by itself; elsewhere name the coordinator:

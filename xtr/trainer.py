@@ -168,9 +168,10 @@ def dropout_rngs(dropout_seed: int, step: jax.Array) -> tuple[jax.Array, jax.Arr
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
                     shardings: TrainState, objective: objective_lib.Objective,
                     micro_batch_size: int | None = None, dropout_seed: int = 0,
-                    teacher_params: Any = None):
-  """Returns the jitted `train_step(state, batch) -> (state, metrics)`; `teacher_params` (the
-  distillation teacher's backbone, laid out like the model's) are an argument of every step."""
+                    with_teacher: bool = False):
+  """Returns the jitted `train_step(state, batch, teacher_params) -> (state, metrics)`;
+  `teacher_params` (the distillation teacher's backbone, laid out like the model's, with
+  `with_teacher`; else None) are an argument of every step."""
   def train_step(state: TrainState, batch: dict[str, jax.Array], teacher_params: Any):
     (_, metrics), grads = loss_and_grads(state.params, batch, model, objective, mesh,
                                          micro_batch_size, dropout_rngs(dropout_seed, state.step),
@@ -181,12 +182,11 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, m
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   replicated = NamedSharding(mesh, PartitionSpec())
-  teacher_shardings = None if teacher_params is None else shardings.params["backbone"]
-  step = jax.jit(train_step,
+  teacher_shardings = shardings.params["backbone"] if with_teacher else None
+  return jax.jit(train_step,
                  in_shardings=(shardings, partitioning.batch_sharding(mesh), teacher_shardings),
                  out_shardings=(shardings, replicated),
                  donate_argnums=0)
-  return lambda state, batch: step(state, batch, teacher_params)
 
 
 @gin.configurable
@@ -288,10 +288,10 @@ def train(model_dir: str = gin.REQUIRED,
         pretrained_backbone(), model.backbone.config.scan_layers))
     # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
     pretrained = ({} if checkpointer.latest_step() is not None else
-                  _pretrained(model, backbone, projection_init, first_batches))
+                  _pretrained(model, backbone, projection_init, first_batches, mesh))
     # The distillation teacher: the untuned backbone, loaded again by a resumed run.
     teacher = (pretrained.get("backbone") or backbone()) if distillation else None
-    with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules()):
       state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
       restored = checkpointer.restore_latest(abstract_state(model, optimizer, mesh), iterator)
       if restored is not None:
@@ -299,8 +299,9 @@ def train(model_dir: str = gin.REQUIRED,
         print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
       teacher_params = (None if teacher is None else
                         jax.device_put(teacher, shardings.params["backbone"]))
-      train_step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
-                                   seed, teacher_params)
+      step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size,
+                             seed, teacher_params is not None)
+      train_step = lambda state, batch: step(state, batch, teacher_params)
       initial_dir = epath.Path(model_dir) / checkpoints.INITIAL_PARAMS
       if save_initial_params and restored is None and not initial_dir.exists():
         checkpoints.save_params(initial_dir, state.params)
@@ -344,8 +345,10 @@ def _objective(model: nn.Module, scoring: str, k_train: int, temperature: float,
 
 
 def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
-                projection_init: str, dataset: Callable[[], Any]) -> dict[str, Any]:
-  """The pretrained parameter subtrees that replace the model's random initialization."""
+                projection_init: str, dataset: Callable[[], Any],
+                mesh: Mesh) -> dict[str, Any]:
+  """The pretrained parameter subtrees that replace the model's random initialization (the PCA
+  projection computed on batches split over the mesh's `data` axis)."""
   if pretrained_backbone is None:
     if projection_init != "random":
       raise ValueError(f"projection_init={projection_init!r} needs a pretrained_backbone.")
@@ -357,7 +360,8 @@ def _pretrained(model: nn.Module, pretrained_backbone: Callable[[], Any] | None,
                  for ids in (batch["query_tokens"], batch["doc_tokens"].reshape(
                      -1, batch["doc_tokens"].shape[-1]))]
     pretrained["projection"] = {
-        "kernel": models.pca_projection(model, pretrained["backbone"], token_ids)}
+        "kernel": models.pca_projection(model, pretrained["backbone"], token_ids,
+                                        partitioning.batch_sharding(mesh))}
   elif projection_init != "random":
     raise ValueError(f"Unknown projection_init {projection_init!r}: expected 'random' or 'pca'.")
   return pretrained
