@@ -55,8 +55,13 @@ def test_converted_params_match_init_tree_and_every_param_has_logical_axes(minil
     assert flat_params[path].dtype == np.float32, path
 
 
-def test_last_hidden_states_match_transformers(minilm, minilm_dir, scifact_dir):
-  config, params = minilm
+@pytest.mark.parametrize("scan_layers,remat_policy", [(False, "none"), (True, "dots_saveable")])
+def test_last_hidden_states_match_transformers(minilm_dir, scifact_dir, scan_layers,
+                                               remat_policy):
+  """Unscanned, and scanned (`xtr.layer_stack`) from the same file."""
+  config = bert.BertConfig(scan_layers=scan_layers, remat_policy=remat_policy)
+  params = hf_weights.load_bert_backbone(str(minilm_dir), config)
+  assert ("layers" in params) == scan_layers
   tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
   batch = tokenizer(_sentences(scifact_dir), padding=True, truncation=True, max_length=256,
                     return_tensors="np")

@@ -59,9 +59,14 @@ def hf_dir(request, tmp_path_factory) -> tuple[pathlib.Path, transformers.T5Enco
   return directory, _save_hf_encoder(directory, request.param)
 
 
-def test_matches_transformers(hf_dir):
+@pytest.mark.parametrize("scan_layers,remat_policy", [(False, "none"), (True, "full")])
+def test_matches_transformers(hf_dir, scan_layers, remat_policy):
+  """Unscanned, and scanned (`xtr.layer_stack`) from the same file."""
   directory, hf_model = hf_dir
-  config, params = _load(directory)
+  config, _ = _load(directory)
+  config = dataclasses.replace(config, scan_layers=scan_layers, remat_policy=remat_policy)
+  params = hf_weights.load_t5_backbone(str(directory), config)
+  assert ("layers" in params) == scan_layers
   ids, mask = _batch(config.vocab_size)
   with torch.no_grad():
     expected = hf_model(input_ids=torch.tensor(ids, dtype=torch.long),

@@ -20,6 +20,7 @@ from xtr import data
 from xtr import dev_eval  # noqa: F401 (gin: trainer.train.evaluator)
 from xtr import fileio
 from xtr import hf_weights
+from xtr import layer_stack
 from xtr import models
 from xtr import objective
 from xtr import optimizers
@@ -42,15 +43,17 @@ def _batch(rng: np.random.Generator, num_queries=8, docs_per_query=2, lq=12, ld=
   return {"query_tokens": ids(num_queries, lq), "doc_tokens": ids(num_queries, docs_per_query, ld)}
 
 
-def _one_step(mesh, scoring, batch, micro_batch_size=None, fsdp=False):
-  """One train step; "aligner" is ALIGNER's recipe (top-1, entropy-regularized salience, with a
-  larger ε so that float32 reductions in another order stay within the tolerance)."""
+def _one_step(mesh, scoring, batch, micro_batch_size=None, config=TINY, pretrained=None,
+              optimizer="adafactor", fsdp=False):
+  """One train step (from the `pretrained` params, if given; FSDP rules with `fsdp`); "aligner"
+  is ALIGNER's recipe (top-1, entropy-regularized salience, with a larger ε so that float32
+  reductions in another order stay within the tolerance)."""
   gate = salience.Salience(epsilon=0.05) if scoring == "aligner" else None
-  model = models.XTREncoder(backbone=t5.T5Encoder(TINY), embed_dim=16, salience=gate)
+  model = models.XTREncoder(backbone=t5.T5Encoder(config), embed_dim=16, salience=gate)
   optimizer = optimizers.make_optimizer(
-      "adafactor", optimizers.warmup_constant(learning_rate=1e-2, warmup_steps=0))
+      optimizer, optimizers.warmup_constant(learning_rate=1e-2, warmup_steps=0))
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules(fsdp)):
-    state, shardings = trainer.init_state(model, optimizer, mesh, jax.random.key(0))
+    state, shardings = trainer.init_state(model, optimizer, mesh, jax.random.key(0), pretrained)
     train_step = trainer.make_train_step(model, optimizer, mesh, shardings,
                                          objective.Objective(scoring, k_train=16,
                                                              token_hit_rate=scoring == "xtr",
@@ -109,6 +112,24 @@ def test_micro_batched_step_equals_whole_batch_step(scoring, mesh):
           partitioning.make_mesh(num_partitions=2))
   _assert_same_step(_one_step(mesh, scoring, batch, micro_batch_size=8),
                     _one_step(mesh, scoring, batch))
+
+
+def test_a_scanned_rematerialized_step_equals_the_loop_step():
+  """On the (4, 2) mesh, from the same weights (stacked): T5 layers under `nn.scan`, "full"
+  remat, their stacked parameters split along `model` like the loop's. AdamW, whose update is
+  elementwise: Adafactor's parameter-scale and clipping RMS span a whole stacked kernel
+  (docs/training.md)."""
+  batch = _batch(np.random.default_rng(2))
+  mesh = partitioning.make_mesh(num_partitions=2)
+  loop = _one_step(mesh, "xtr", batch, optimizer="adamw")
+  scanned = _one_step(mesh, "xtr", batch,
+                      config=dataclasses.replace(TINY, scan_layers=True, remat_policy="full"),
+                      pretrained={**loop[0], "backbone": layer_stack.stack(loop[0]["backbone"])},
+                      optimizer="adamw")
+  sharding = scanned[3].params["backbone"]["layers"]["mlp"]["wi_0"]["kernel"].sharding
+  assert sharding.spec == jax.sharding.PartitionSpec(None, None, "model")
+  unstacked = lambda params: {**params, "backbone": layer_stack.unstack(params["backbone"])}
+  _assert_same_step((unstacked(scanned[0]), unstacked(scanned[1]), scanned[2]), loop)
 
 
 def _step_memory(data: int, fsdp: bool):
@@ -278,6 +299,7 @@ def _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, num_step
       f"""from __gin__ import dynamic_registration
       from tasks import beir
       from xtr import hf_weights
+from xtr import layer_stack
       from xtr import models
       from xtr import t5
       from xtr import trainer
@@ -331,6 +353,22 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
     gin.clear_config()
 
 
+def test_a_scanned_model_starts_from_unscanned_pretrained_weights(tmp_path, msmarco_triples_path,
+                                                                 t5_spm_path):
+  """The loader's T5Config is unscanned, the model's scanned and rematerialized: the trainer
+  stacks the Hugging Face weights, and num_steps = 0 saves them so."""
+  hf_config = _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, 0, """
+      t5.T5Encoder.config = @scanned/t5.T5Config()
+      scanned/t5.T5Config.scan_layers = True
+      scanned/t5.T5Config.remat_policy = 'full'""")
+  from xtr import encoding  # pylint: disable=g-import-not-at-top
+  saved = encoding.load_params(str(tmp_path / "model"))
+  expected = hf_weights.t5_params_from_hf(hf_weights.read_safetensors(tmp_path / "hf"),
+                                          hf_weights.t5_config_from_hf(hf_config.to_dict()))
+  assert "layers_0" in expected and "layers" in saved["backbone"]
+  jax.tree.map(np.testing.assert_array_equal, saved["backbone"], layer_stack.stack(expected))
+
+
 def test_resume_needs_no_pretrained_weights(tmp_path, msmarco_triples_path, t5_spm_path, capsys):
   """A resumed run takes every parameter from its checkpoint: the pretrained weights (and the
   PCA of their token vectors) are not loaded again, so they may be gone."""
@@ -341,6 +379,7 @@ def test_resume_needs_no_pretrained_weights(tmp_path, msmarco_triples_path, t5_s
   reference = jax.device_get(train().params)
   missing = f"""from __gin__ import dynamic_registration
       from xtr import hf_weights
+from xtr import layer_stack
       from xtr import t5
       from xtr import trainer
       trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone

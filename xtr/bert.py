@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from xtr import attention
+from xtr import layer_stack
 
 _MASK_BIAS = -1e10  # Attention logit bias for padded keys.
 _INIT = nn.initializers.normal(0.02)  # BERT's initializer_range.
@@ -23,7 +24,11 @@ _INIT = nn.initializers.normal(0.02)  # BERT's initializer_range.
 @gin.configurable
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
-  """Encoder hyper-parameters; the defaults are all-MiniLM-L6-v2's (uncased WordPiece vocab)."""
+  """Encoder hyper-parameters; the defaults are all-MiniLM-L6-v2's (uncased WordPiece vocab).
+
+  scan_layers, remat_policy: the layers under `nn.scan` and what their backward pass
+  recomputes (`xtr.layer_stack`).
+  """
   vocab_size: int = 30522
   hidden_size: int = 384
   num_layers: int = 6
@@ -34,6 +39,11 @@ class BertConfig:
   layer_norm_eps: float = 1e-12
   dropout_rate: float = 0.0
   dtype: jax.typing.DTypeLike = jnp.float32
+  scan_layers: bool = False
+  remat_policy: str = "none"
+
+  def __post_init__(self):
+    layer_stack.check_remat_policy(self.remat_policy)
 
 
 def _dense(features: int, axes: tuple[str, str], dtype: jax.typing.DTypeLike,
@@ -142,6 +152,6 @@ class BertEncoder(nn.Module):
     x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
     mask_bias = jnp.where(input_mask[:, None, None, :], 0.0, _MASK_BIAS).astype(jnp.float32)
-    for i in range(cfg.num_layers):
-      x = EncoderLayer(cfg, name=f"layers_{i}")(x, mask_bias, deterministic)
-    return x
+    return layer_stack.apply_layers(
+        lambda name: EncoderLayer(cfg, name=name), x, mask_bias, num_layers=cfg.num_layers,
+        scan_layers=cfg.scan_layers, remat_policy=cfg.remat_policy, deterministic=deterministic)

@@ -15,6 +15,7 @@ import numpy as np
 import tqdm
 from etils import epath
 
+from xtr import models
 from xtr import released
 from xtr import tokenization
 from xtr import typecheck
@@ -95,7 +96,8 @@ class Encoder:
   def __init__(self, params: Any, model: nn.Module = gin.REQUIRED,
                vocabulary: Any = gin.REQUIRED, query_max_length: int = 32,
                doc_max_length: int = 256, batch_size: int = 32):
-    """vocabulary: the model's training vocabulary or its `tokenization` tokenizer.
+    """params: the model's, its backbone's layers in either layout (`models.in_layout`).
+    vocabulary: the model's training vocabulary or its `tokenization` tokenizer.
 
     Raises:
       ValueError: naming a length or batch size (a gin binding) that is not a positive integer.
@@ -105,7 +107,8 @@ class Encoder:
       if not typecheck.matches(value, int) or value < 1:
         raise ValueError(f"xtr.encoding.Encoder.{name} = {value!r}: expected a positive "
                          "integer; check its gin binding.")
-    self.params = jax.device_put(params)  # Host arrays would be copied at every call.
+    # Host arrays would be copied at every call.
+    self.params = jax.device_put(models.in_layout(model, params))
     self.model = model
     self.tokenizer = tokenization.of(vocabulary)
     self.query_max_length = query_max_length
@@ -114,7 +117,7 @@ class Encoder:
     self.fingerprint = fingerprint(self.params)
     self._apply = jax.jit(lambda p, ids, role: model.apply({"params": p}, ids, role=role),
                           static_argnums=2)
-    self.dim = jax.eval_shape(self._apply, params, jnp.ones((1, 1), jnp.int32),
+    self.dim = jax.eval_shape(self._apply, self.params, jnp.ones((1, 1), jnp.int32),
                               "query")[0].shape[-1]
 
   @property

@@ -4,6 +4,7 @@ Supported: `T5EncoderModel` / `T5ForConditionalGeneration` (T5, T5 v1.1, mT5 nam
 `BertModel` (also the sentence-transformers all-MiniLM-L6-v2 file, whose names have no `bert.`
 prefix). Data flows one way: safetensors file -> {name: np.ndarray} -> nested Flax params.
 """
+import dataclasses
 import pathlib
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors import safe_open
 
 from xtr import bert
+from xtr import layer_stack
 from xtr import t5
 from xtr import typecheck
 
@@ -58,12 +60,14 @@ def _param_shapes(module: nn.Module) -> dict[tuple[str, ...], tuple[int, ...]]:
 
 def _convert(tensors: dict[str, np.ndarray], names: dict[tuple[str, ...], str],
              module: nn.Module, unexpected: list[str]) -> dict:
-  """Maps HF tensors to `module`'s float32 param tree (torch [out, in] weights -> [in, out]).
+  """Maps HF tensors to `module`'s float32 param tree (torch [out, in] weights -> [in, out]),
+  in the layout of its config's `scan_layers` (`names` are unscanned paths).
 
   Raises a ValueError listing every missing tensor, every name in `unexpected`, and every
   shape that does not fit the module's config.
   """
-  shapes = _param_shapes(module)
+  shapes = _param_shapes(module.clone(config=dataclasses.replace(module.config,
+                                                                 scan_layers=False)))
   problems = [f"missing tensor {name}" for name in names.values() if name not in tensors]
   problems += [f"unexpected tensor {name}" for name in unexpected]
   params = {}
@@ -78,7 +82,7 @@ def _convert(tensors: dict[str, np.ndarray], names: dict[tuple[str, ...], str],
       params[path] = np.asarray(value, np.float32)
   if problems:
     raise ValueError(f"Checkpoint does not fit {module.config}: " + "; ".join(problems))
-  return traverse_util.unflatten_dict(params)
+  return layer_stack.in_layout(traverse_util.unflatten_dict(params), module.config.scan_layers)
 
 
 _T5_MLP_ACTIVATIONS = {"gated-gelu": ("gelu", "linear"), "relu": ("relu",)}

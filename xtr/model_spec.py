@@ -60,6 +60,8 @@ def _check_type(value: Any, annotation: Any, where: str) -> Any:
     return value
   if annotation is str and isinstance(value, str):
     return value
+  if annotation is bool and isinstance(value, bool):
+    return value
   if annotation is float and isinstance(value, (int, float)) and not isinstance(value, bool):
     return float(value)
   if typing.get_origin(annotation) is tuple and isinstance(value, list) and all(
@@ -84,6 +86,7 @@ def encoder(spec: Any, where: str, params: Any, checkpoint: str,
       naming the checkpoint if its parameters do not fit the model.
   """
   model = _model(spec, where)
+  params = models.in_layout(model, params)
   lengths = {name: _check_type(spec.get(name), int, f"{where}: model.{name}")
              for name in ("query_max_length", "doc_max_length")}
   _check_params(model, params, checkpoint, where)
@@ -109,10 +112,14 @@ def _model(spec: Any, where: str) -> models.XTREncoder:
   config = {name: value if name == "dtype" else
             _check_type(value, hints[name], f"{where}: model.config.{name}")
             for name, value in config.items()}
+  try:
+    config = config_class(**config)
+  except ValueError as e:
+    raise ValueError(f"{where}: model.config: {e}") from None
   embed_dim = spec.get("embed_dim")
   if embed_dim is not None:
     embed_dim = _check_type(embed_dim, int, f"{where}: model.embed_dim")
-  return models.XTREncoder(module(config=config_class(**config)), embed_dim,
+  return models.XTREncoder(module(config=config), embed_dim,
                            _salience(spec.get("salience"), where))
 
 

@@ -1,5 +1,6 @@
 """The XTR token encoder: backbone (T5 or BERT) -> Dense(128, no bias) -> L2-normalized tokens,
 and optionally ALIGNER's unary salience of each token (`xtr.salience`)."""
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -7,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xtr import layer_stack
 from xtr import salience as salience_lib
 
 PAD_ID = 0  # Padding id of every vocabulary xtr uses (T5 and BERT).
@@ -61,6 +63,22 @@ class XTREncoder(nn.Module):
         head(vectors)
     s = nn.relu(heads[role](vectors)[..., 0])
     return vectors, mask, self.salience.gate(s, mask, role)
+
+
+def in_layout(model: XTREncoder, params: Any) -> Any:
+  """`model`'s params (either layout of the backbone's layers: from Hugging Face weights, a
+  released checkpoint or a run with the other `scan_layers`) in the layout of its backbone."""
+  if "backbone" not in params:
+    return params
+  return {**params, "backbone": layer_stack.in_layout(params["backbone"],
+                                                      model.backbone.config.scan_layers)}
+
+
+def with_scan_layers(model: XTREncoder, scan_layers: bool) -> XTREncoder:
+  """`model` with its backbone's layers scanned or not (the same parameters, laid out as
+  `in_layout` lays them)."""
+  config = dataclasses.replace(model.backbone.config, scan_layers=scan_layers)
+  return model.clone(backbone=model.backbone.clone(config=config))
 
 
 def pca_projection(model: XTREncoder, backbone_params: Any, token_ids: list[np.ndarray],

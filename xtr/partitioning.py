@@ -24,7 +24,8 @@ MODEL_AXIS = "model"
 
 # Logical axis name -> mesh axis (None = replicated), in order of precedence: an array takes the
 # first rule of each of its axes whose mesh axis it does not use yet. Model parallelism splits the
-# MLP, the attention heads and the vocabulary, as t5x's standard rules do.
+# MLP, the attention heads and the vocabulary, as t5x's standard rules do; the stacked layers of a
+# scanned encoder (`layer_stack`) are replicated.
 DEFAULT_RULES = (
     ("batch", DATA_AXIS),
     ("vocab", MODEL_AXIS),
@@ -39,6 +40,7 @@ DEFAULT_RULES = (
     ("token_type", None),
     ("token_vector", None),
     ("salience", None),
+    ("layers", None),
 )
 # FSDP (ZeRO-3, t5x's 2-D parameter partitioning, MaxText's `fsdp` axis on the data axis):
 # parameters' `embed` axis is split over `data` too, so parameters and optimizer state are not

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from xtr import attention
+from xtr import layer_stack
 
 _MASK_BIAS = -1e10  # Attention logit bias for padded keys (as in t5x).
 
@@ -33,6 +34,8 @@ class T5Config:
 
   mlp_activations: ("gelu", "linear") is the gated-GELU MLP of T5 v1.1 and mT5 (wi_0, wi_1);
   ("relu",) is the original T5 MLP (wi).
+  scan_layers, remat_policy: the layers under `nn.scan` and what their backward pass
+  recomputes (`xtr.layer_stack`).
   """
   vocab_size: int
   emb_dim: int
@@ -46,6 +49,11 @@ class T5Config:
   layer_norm_epsilon: float = 1e-6
   dropout_rate: float = 0.0
   dtype: jax.typing.DTypeLike = jnp.float32
+  scan_layers: bool = False
+  remat_policy: str = "none"
+
+  def __post_init__(self):
+    layer_stack.check_remat_policy(self.remat_policy)
 
 
 def _dense(features: int, axes: tuple[str, str], init: nn.initializers.Initializer,
@@ -185,6 +193,7 @@ class T5Encoder(nn.Module):
     position_bias = RelativePositionBias(cfg, name="relpos_bias")(input_ids.shape[1])
     mask_bias = jnp.where(input_mask[:, None, None, :], 0.0, _MASK_BIAS).astype(jnp.float32)
     attention_bias = position_bias + mask_bias  # [B, H, L, L]
-    for i in range(cfg.num_layers):
-      x = EncoderLayer(cfg, name=f"layers_{i}")(x, attention_bias, deterministic)
+    x = layer_stack.apply_layers(
+        lambda name: EncoderLayer(cfg, name=name), x, attention_bias, num_layers=cfg.num_layers,
+        scan_layers=cfg.scan_layers, remat_policy=cfg.remat_policy, deterministic=deterministic)
     return dropout(RmsNorm(cfg.layer_norm_epsilon, cfg.dtype, name="encoder_norm")(x))

@@ -8,11 +8,14 @@ caching's extra forward pass and rematerialization are not model FLOPs. MFU divi
 step time and the peak dense bf16 FLOP/s of the devices (`PEAK_TFLOPS`); on CPU it is omitted.
 """
 import dataclasses
+import functools
 from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from xtr import models
 
 # Peak dense bf16 TFLOP/s per device, by `device_kind` (the longest matching prefix wins).
 PEAK_TFLOPS = {"TPU v4": 275.0, "TPU v5 lite": 197.0, "TPU v5e": 197.0, "TPU v5": 459.0,
@@ -48,8 +51,13 @@ def step_cost(model: nn.Module, params: Any, query_shape: tuple[int, int],
   """The `StepCost` of a step over queries [B, n] and documents [C, m] (token ids).
 
   Args:
+    model: an `xtr.models.XTREncoder`.
     params: the model's parameters (arrays or `jax.ShapeDtypeStruct`s: nothing is computed).
   """
+  # XLA counts the body of a loop once: the FLOPs of scanned layers are those of the unscanned.
+  model = models.with_scan_layers(model, False)
+  params = jax.eval_shape(functools.partial(models.in_layout, model), params)
+
   def forward_flops(shape, role):
     encode = lambda p, tokens: model.apply({"params": p}, tokens, role=role)
     abstract = (jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params),

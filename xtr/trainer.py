@@ -30,6 +30,7 @@ from xtr import checkpoints
 from xtr import data
 from xtr import fileio
 from xtr import grad_cache
+from xtr import layer_stack
 from xtr import models
 from xtr import objective as objective_lib
 from xtr import optimizers
@@ -234,7 +235,8 @@ def train(model_dir: str = gin.REQUIRED,
     micro_batch_size: encode each step's batch in micro-batches of this many queries
       (gradient caching, `xtr.grad_cache`): the same step in the memory of a micro-batch, for
       an extra encoder forward pass. Divides `batch_size`; divisible by the data axis.
-    pretrained_backbone: returns backbone params (e.g. `xtr.hf_weights.load_backbone`).
+    pretrained_backbone: returns backbone params (e.g. `xtr.hf_weights.load_t5_backbone`), in
+      either layout of the layers (`xtr.layer_stack`).
     projection_init: "random" (the model's initializer) or "pca": the projection starts as
       the top principal directions of the pretrained backbone's token vectors on the first
       training examples (`models.pca_projection`), which keeps the pretrained MaxSim geometry.
@@ -281,12 +283,14 @@ def train(model_dir: str = gin.REQUIRED,
     first_batches = lambda: data.get_dataset(projection_sample_task or task_name, vocabulary,
                                              lengths, batch_size, seed)
     checkpointer = checkpoints.Checkpointer(model_dir)
+    # Pretrained weights in either layout of the layers, laid out as the model's are.
+    backbone = None if pretrained_backbone is None else (lambda: layer_stack.in_layout(
+        pretrained_backbone(), model.backbone.config.scan_layers))
     # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
     pretrained = ({} if checkpointer.latest_step() is not None else
-                  _pretrained(model, pretrained_backbone, projection_init, first_batches,
-                              mesh))
+                  _pretrained(model, backbone, projection_init, first_batches, mesh))
     # The distillation teacher: the untuned backbone, loaded again by a resumed run.
-    teacher = (pretrained.get("backbone") or pretrained_backbone()) if distillation else None
+    teacher = (pretrained.get("backbone") or backbone()) if distillation else None
     with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules()):
       state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
       restored = checkpointer.restore_latest(abstract_state(model, optimizer, mesh), iterator)
