@@ -47,15 +47,13 @@ def parse_model_file(path, *bindings: str) -> tuple:
 def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings: str,
                       edit=lambda params: params) -> None:
   """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would (its params passed
-  through `edit` first)."""
+  through `edit` first). The model file and `bindings` stay parsed (locked): callers may build
+  an `encoding.Encoder` from them, then clear gin."""
   gin.clear_config()
-  try:
-    gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
-                                        [f"T5_SPM_PATH = '{t5_spm_path}'",
-                                         "_gin_model.model = %MODEL", *bindings])
-    model = _gin_model()
-  finally:  # Gin is left as the tests found it: cleared (and unlocked).
-    gin.clear_config()
+  gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
+                                      [f"T5_SPM_PATH = '{t5_spm_path}'",
+                                       "_gin_model.model = %MODEL", *bindings])
+  model = _gin_model()
   params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])
   params = edit(params)
   checkpointer = checkpoints.Checkpointer(str(model_dir))

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import gin
 import numpy as np
 import pytest
 
@@ -189,6 +190,7 @@ def test_a_checkpoint_with_nan_is_refused_naming_it_and_the_parameter(tmp_path, 
                                                                       scifact_slice):
   model = tmp_path / "nan_model"
   random_checkpoint(model, 0, t5_spm_path, edit=_with_nan)
+  gin.clear_config()
   message = (f"The checkpoint {model} is damaged or diverged: its parameter "
              "['projection']['kernel'] holds NaN or infinite values.")
   with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
