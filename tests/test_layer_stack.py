@@ -135,7 +135,7 @@ def test_scanned_params_have_a_replicated_layers_axis(name):
   mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
   boxed = jax.eval_shape(module(dataclasses.replace(config, scan_layers=True)).init,
                          jax.random.key(0), ids, ids > 0)["params"]
-  shardings = partitioning.param_shardings(boxed, mesh)
+  shardings = partitioning.param_shardings(boxed, mesh, partitioning.DEFAULT_RULES)
   kernel = shardings["layers"]["mlp"]["wi" if name == "bert" else "wi_0"]["kernel"]
   assert tuple(kernel.spec) == (None, None, "model")
 
