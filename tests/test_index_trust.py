@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from scann.scann_ops.py import scann_ops_pybind
 
 from tests import test_index
 from tests.retrieval_setup import run_tool
@@ -21,6 +22,7 @@ from tests.test_index import REPO, _export, _files, _ids, _integer_docs, _new_wr
 from xtr import fileio
 from xtr import searcher
 from xtr.index import files
+from xtr.index import scann
 from xtr.index import reader
 from xtr.index import verify
 from xtr.index import writer as index_writer
@@ -389,6 +391,44 @@ def test_a_write_on_a_full_disk_names_the_file_and_loses_nothing(tmp_path, monke
   assert _sha256s(path) == before  # no temporary left, nothing overwritten
   _resume(path)
   assert _files(path) == _files(_index(tmp_path / "reference"))
+
+
+def test_scann_failing_on_a_full_disk_is_named_and_loses_nothing(tmp_path, monkeypatch):
+  """ScaNN's serializer reports a full disk as "RuntimeError: ... I/O error" (measured on a
+  7 MiB tmpfs); the error names scann.tmp, which is removed, and the rerun completes."""
+  path = _killed_export(tmp_path / "index", chunks=5)
+
+  def full(self, *_, **__):
+    (pathlib.Path(_[0]) / "ah_codebook.pb").write_bytes(b"part")
+    raise RuntimeError("Failed to extract SingleMachineFactoryOptions: I/O error")
+
+  with monkeypatch.context() as patch:
+    patch.setattr(scann_ops_pybind.ScannSearcher, "serialize", full)
+    patch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9, 4096))
+    with pytest.raises(OSError, match=rf"^cannot write {path / 'scann.tmp'}: Failed to extract "
+                       r"SingleMachineFactoryOptions: I/O error; free space \(or write elsewhere"):
+      _resume(path)
+  assert not (path / "scann.tmp").exists() and not (path / files.MANIFEST).exists()
+  _resume(path)
+  assert _files(path) == _files(_index(tmp_path / "reference"))
+
+
+def test_scann_logs_go_to_the_debug_log_and_to_stderr_only_on_failure(capfd, monkeypatch):
+  debug = []
+  monkeypatch.setattr(scann.logging, "debug", lambda *args: debug.append(args[0] % args[1:]))
+  vectors = np.random.default_rng(0).normal(size=(4096, 16)).astype(np.float32)
+  scann.build(vectors, scann.ScannConfig())
+  assert capfd.readouterr().err == ""
+  assert "training partition" in debug[0]  # ScaNN's C++ log: the k-means sample size.
+
+  def failing(*_):
+    os.write(2, b"native line\n")
+    raise RuntimeError("ScaNN failed")
+
+  monkeypatch.setattr(scann, "_build", failing)
+  with pytest.raises(RuntimeError, match="ScaNN failed"):
+    scann.build(vectors, scann.ScannConfig())
+  assert capfd.readouterr().err == "native line\n"
 
 
 def test_a_refused_export_or_repair_leaves_the_index_byte_identical(tmp_path):

@@ -14,8 +14,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+import tensorflow as tf
 
 from xtr import alignment
+from xtr import checkpoints
 from xtr import data
 from xtr import dev_eval  # noqa: F401 (gin: trainer.train.evaluator)
 from xtr import fileio
@@ -217,6 +219,27 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
   _xtr_train(reference, every, keep, f"trainer.train.num_steps = {target}")
   jax.tree.map(np.testing.assert_array_equal,
                _final_params(killed, target), _final_params(reference, target))
+
+
+def test_a_checkpoint_on_a_full_disk_is_refused_naming_its_directory(tmp_path, monkeypatch):
+  """The dataset iterator's save fails as TensorFlow's ResourceExhaustedError on a full disk
+  (measured on a small tmpfs); an asynchronous save's error surfaces when the trainer waits."""
+  checkpointer = checkpoints.Checkpointer(str(tmp_path / "model"))
+  full = tf.errors.ResourceExhaustedError(
+      None, None, f"{tmp_path}/model/checkpoints/2.orbax-checkpoint-tmp/dataset/part-0; No space "
+      "left on device [Op:SaveV2]")
+
+  def failing(*_, **__):
+    raise full
+
+  for method in ("save", "wait_until_finished"):
+    monkeypatch.setattr(checkpointer.manager, method, failing)
+  message = (rf"^cannot write {tmp_path}/model/checkpoints: .*No space left on device \[Op:SaveV2\]"
+             r"; free space \(or write elsewhere\) and rerun$")
+  with pytest.raises(OSError, match=message):
+    checkpointer.maybe_save(2, {}, None, force=True)
+  with pytest.raises(OSError, match=message):
+    checkpointer.close()
 
 
 def test_sigterm_saves_the_step_reached_and_resumes_exactly(tmp_path):

@@ -11,6 +11,7 @@ Preemption: a TPU VM gets SIGTERM about 30 s before it is taken away. `Preemptio
 it into a flag that the train loop polls at step boundaries: it saves that step, waits for the
 save and exits 0, so a preempted run loses only the step in flight.
 """
+import contextlib
 import dataclasses
 import signal
 import time
@@ -24,6 +25,7 @@ import tensorflow as tf
 from etils import epath
 from jax.experimental import multihost_utils
 
+from xtr import fileio
 from xtr import typecheck
 
 
@@ -69,6 +71,7 @@ class Checkpointer:
                        f"keep={keep} must be positive, save_every_minutes={save_every_minutes} "
                        "too.")
     directory = epath.Path(model_dir) / "checkpoints"
+    self.directory = str(directory)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep,
                                            enable_async_checkpointing=async_save)
     self.save_every_steps = save_every_steps
@@ -87,9 +90,20 @@ class Checkpointer:
         clock decides, through a collective, so pass it only at steps that sync anyway).
     """
     if force or step % self.save_every_steps == 0 or (check_time and self._time_due()):
-      self.manager.save(step, force=True, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state), dataset=DatasetIteratorSave(iterator)))
+      with self._naming():
+        self.manager.save(step, force=True, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), dataset=DatasetIteratorSave(iterator)))
       self._last_save = time.monotonic()
+
+  @contextlib.contextmanager
+  def _naming(self):
+    """A failed write (a full disk: OSError, TensorFlow's ResourceExhaustedError from the
+    dataset's save, or an error of an earlier asynchronous save) as an OSError naming the
+    checkpoint directory."""
+    try:
+      yield
+    except (OSError, RuntimeError, tf.errors.OpError) as e:
+      raise fileio.write_error(self.directory, e) from e
 
   def _time_due(self) -> bool:
     due = time.monotonic() - self._last_save >= self.save_every_seconds
@@ -116,7 +130,8 @@ class Checkpointer:
     return restored.state
 
   def close(self) -> None:
-    self.manager.wait_until_finished()
+    with self._naming():
+      self.manager.wait_until_finished()
     self.manager.close()
 
 

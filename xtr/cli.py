@@ -109,9 +109,9 @@ def check_index_covers_qrels(doc_ids: Sequence[str], qrels: Mapping[str, Mapping
 
 
 def quiet_logging() -> None:
-  """Third-party log lines off stderr unless --verbosity or --traceback is given: INFO and
-  WARNING records of orbax (a restore warns that _CHECKPOINT_METADATA is missing, saves log at
-  INFO) and of seqio, and JAX's warning that it falls back to the CPU. xtr's own warnings stay.
+  """Third-party log lines off stderr unless --verbosity or --traceback is given: orbax's records
+  (a restore warns that _CHECKPOINT_METADATA is missing, saves log at INFO), seqio's INFO and
+  WARNING records, and JAX's warning that it falls back to the CPU. xtr's own warnings stay.
   (TensorFlow's C++ lines are silenced at `import xtr`, before TensorFlow is imported.)"""
   if flags.FLAGS["verbosity"].present or TRACEBACK.value:
     return
@@ -121,9 +121,13 @@ def quiet_logging() -> None:
 
 
 def _not_third_party_chatter(record: std_logging.LogRecord) -> bool:
-  """Whether a log record is kept: anything but an orbax or seqio record below ERROR."""
-  chatty = re.search(r"[/\\](orbax|seqio)[/\\]", record.pathname)
-  return not chatty or record.levelno >= std_logging.ERROR
+  """Whether a log record is kept: anything but a seqio record below ERROR or an orbax record
+  (orbax logs the error of an asynchronous save, with its traceback, from the thread that
+  failed; the trainer re-raises it, naming the checkpoint, where it waits for the save)."""
+  if re.search(r"[/\\]orbax[/\\]", record.pathname):
+    return False
+  seqio = re.search(r"[/\\]seqio[/\\]", record.pathname)
+  return not seqio or record.levelno >= std_logging.ERROR
 
 
 def run(main: Callable[[Sequence[str]], None], module_name: str,

@@ -131,18 +131,30 @@ def create(path: str) -> BinaryIO:
   return os.fdopen(os.open(path, _CREATE, 0o644), "wb")
 
 
+def write_error(path: str, error: BaseException) -> OSError:
+  """An OSError whose message names `path`, for `error` raised while writing it, and says what to
+  do when the disk is full: ENOSPC or EDQUOT, TensorFlow's "No space left on device", or a native
+  writer's error (ScaNN reports a full disk as "RuntimeError: ... I/O error") with less than
+  1 MiB left where `path` is."""
+  code = getattr(error, "errno", None)
+  full = code in (errno.ENOSPC, errno.EDQUOT) or os.strerror(errno.ENOSPC) in str(error)
+  if not full and not isinstance(error, OSError):
+    with contextlib.suppress(OSError):
+      full = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < 2**20
+  hint = "; free space (or write elsewhere) and rerun" if full else ""
+  message = f"cannot write {path}: {getattr(error, 'strerror', None) or error}{hint}"
+  return OSError(code, message) if code is not None else OSError(message)
+
+
 @contextlib.contextmanager
-def _naming(path: str) -> Iterator[None]:
-  """Turns an OSError of writing `path` into one whose message names it (and says what to do
-  on a full disk)."""
+def naming(path: str) -> Iterator[None]:
+  """Turns an OSError of writing `path` into one whose message names it (`write_error`)."""
   try:
     yield
   except UnsafeFileError:
     raise
   except OSError as e:
-    hint = "; free space (or write elsewhere) and rerun" if e.errno in (errno.ENOSPC,
-                                                                       errno.EDQUOT) else ""
-    raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}{hint}") from e
+    raise write_error(path, e) from e
 
 
 def atomic_write(path: str, write: Callable[[BinaryIO], None], unique: bool = False) -> None:
@@ -160,7 +172,7 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None], unique: bool = Fa
     remove_stale(tmp)
     file = create(tmp)
   try:
-    with _naming(path):
+    with naming(path):
       with file:
         write(file)
       os.replace(tmp, path)
@@ -179,7 +191,7 @@ def link_or_copy(src: str, dst: str) -> None:
   try:
     os.link(src, tmp, follow_symlinks=False)
   except OSError:
-    with _naming(dst), open_regular(src) as source, create(tmp) as copy:
+    with naming(dst), open_regular(src) as source, create(tmp) as copy:
       shutil.copyfileobj(source, copy)
   os.replace(tmp, dst)
 
@@ -212,7 +224,7 @@ class Lock:
         break
       self._file.close()
     try:
-      with _naming(path):
+      with naming(path):
         self._file.truncate(0)
         self._file.write(f"{note} by process {os.getpid()} on {socket.gethostname()}\n".encode())
         self._file.flush()

@@ -8,12 +8,17 @@ partitioner, codebooks and hashed dataset differ from run to run), and ScaNN tra
 thread (`ScannConfig.training_threads`): with several, a token at a near tie between two
 partitions may land in either (measured: 1 of SciFact's 1,242,251 tokens, in one of three builds).
 """
+import contextlib
 import dataclasses
 import math
 import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import gin
+from absl import logging
 import numpy as np
 from scann.scann_ops.py import scann_ops_pybind
 
@@ -82,10 +87,16 @@ def build(vectors: np.ndarray, config: ScannConfig
           ) -> tuple[scann_ops_pybind.ScannSearcher, dict[str, Any]]:
   """vectors: [T, D] float32 -> (ScaNN dot-product searcher, its `settings` as built)."""
   built = settings(config, len(vectors))
+  with _native_log_captured():
+    return _build(vectors, config, built), built
+
+
+def _build(vectors: np.ndarray, config: ScannConfig, built: dict[str, Any]
+           ) -> scann_ops_pybind.ScannSearcher:
   builder = scann_ops_pybind.builder(vectors, 10, "dot_product").set_n_training_threads(
       config.training_threads)
   if built["scoring"] == "brute_force":
-    return builder.score_brute_force().build(), built
+    return builder.score_brute_force().build()
   # k-means++ initialisation is seeded; ScaNN's random initialisation is not (non-deterministic).
   builder = builder.tree(built["num_leaves"], built["num_leaves_to_search"],
                          training_sample_size=built["training_sample_size"],
@@ -96,7 +107,29 @@ def build(vectors: np.ndarray, config: ScannConfig
       hash_type=config.hash_type)
   if config.reorder_k:
     builder = builder.reorder(config.reorder_k)
-  return builder.build(), built
+  return builder.build()
+
+
+@contextlib.contextmanager
+def _native_log_captured() -> Iterator[None]:
+  """Keeps what ScaNN's C++ code logs on stderr while it trains (sample sizes, timings, warnings
+  of empty k-means partitions) off the terminal: it goes to absl's debug log (--verbosity=1), or
+  to stderr if the block raises."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as log:
+    os.dup2(log.fileno(), 2)
+    try:
+      yield
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+      log.seek(0)
+      text = log.read().decode("utf-8", "replace").strip()
+      if text and sys.exc_info()[0] is not None:
+        print(text, file=sys.stderr)
+      elif text:
+        logging.debug("ScaNN: %s", text)
 
 
 def write(searcher: scann_ops_pybind.ScannSearcher, index_dir: str) -> dict[str, Any]:
@@ -109,7 +142,12 @@ def write(searcher: scann_ops_pybind.ScannSearcher, index_dir: str) -> dict[str,
   tmp = final + ".tmp"
   fileio.remove_stale(tmp)
   os.mkdir(tmp)
-  searcher.serialize(tmp, relative_path=True)
+  try:
+    searcher.serialize(tmp, relative_path=True)
+  except (OSError, RuntimeError) as e:  # A full disk: "RuntimeError: ... I/O error".
+    error = fileio.write_error(tmp, e)  # Before the removal frees what was written.
+    fileio.remove_stale(tmp)
+    raise error from e
   fileio.replace_dir(tmp, final)
   return {f"{files.SCANN_DIR}/{name}": files.record(os.path.join(final, name))
           for name in sorted(os.listdir(final))}
