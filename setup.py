@@ -4,8 +4,9 @@ import setuptools
 setuptools.setup(
     name="xtr",
     version="0.1.0",
-    description="XTR (Lee et al. 2023) and T5-ColBERT in JAX/Flax: training, ScaNN token indexes, BEIR eval.",
-    packages=setuptools.find_packages(include=["xtr", "xtr.*", "tasks", "tasks.*"]),
+    description=("XTR (Lee et al. 2023) and T5-ColBERT in JAX/Flax: training, ScaNN token indexes, "
+                 "BEIR eval."),
+    packages=setuptools.find_packages(include=["xtr", "xtr.*"]),
     python_requires=">=3.10",
     # Versions tested together on CPU (Python 3.11). scann 1.4.2's TF ops need tensorflow 2.20.x.
     install_requires=[
@@ -31,23 +32,25 @@ setuptools.setup(
         "matplotlib==3.11.2",
     ],
     extras_require={
-        "test": ["pytest==9.2.0", "torch==2.13.0", "transformers==5.23.0"],
+        "test": [
+            "pytest==9.2.0", "torch==2.13.0", "transformers==5.23.0", "ruff==0.17.6", "yapf==0.43.0"
+        ],
         # xtr-convert-checkpoint: the released XTR's torch files -> safetensors.
         "convert": ["torch==2.13.0"],
     },
     entry_points={
         "console_scripts": [
-            "xtr-train=xtr.train:console_entry_point",
-            "xtr-export=xtr.export:console_entry_point",
-            "xtr-search=xtr.search:console_entry_point",
-            "xtr-eval-beir=xtr.eval_beir:console_entry_point",
-            "xtr-demo=xtr.demo:console_entry_point",
-            "xtr-analyze-tokens=xtr.token_analysis:console_entry_point",
-            "xtr-adapt-alignment=xtr.adapt_alignment:console_entry_point",
-            "xtr-show-alignment=xtr.show_alignment:console_entry_point",
-            "xtr-wise-ft=xtr.interpolate:console_entry_point",
-            "xtr-analyze-alignment=xtr.analyze_alignment:console_entry_point",
-            "xtr-convert-checkpoint=xtr.convert_checkpoint:console_entry_point",
+            "xtr-train=xtr.cli.train:console_entry_point",
+            "xtr-export=xtr.cli.export:console_entry_point",
+            "xtr-search=xtr.cli.search:console_entry_point",
+            "xtr-eval-beir=xtr.cli.eval_beir:console_entry_point",
+            "xtr-demo=xtr.cli.demo:console_entry_point",
+            "xtr-analyze-tokens=xtr.cli.analyze_tokens:console_entry_point",
+            "xtr-adapt-alignment=xtr.cli.adapt_alignment:console_entry_point",
+            "xtr-show-alignment=xtr.cli.show_alignment:console_entry_point",
+            "xtr-wise-ft=xtr.cli.wise_ft:console_entry_point",
+            "xtr-analyze-alignment=xtr.cli.analyze_alignment:console_entry_point",
+            "xtr-convert-checkpoint=xtr.cli.convert_checkpoint:console_entry_point",
         ],
     },
 )

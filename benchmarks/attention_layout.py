@@ -1,4 +1,4 @@
-"""Times `xtr.attention.dot_product_attention` (heads-major batched matmuls) against the same
+"""Times `xtr.models.attention.dot_product_attention` (heads-major batched matmuls) against the same
 attention written as einsums over [B, L, H, D], in one run, on MiniLM's export shapes.
 
   .venv/bin/python benchmarks/attention_layout.py
@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xtr import attention
+from xtr.models import attention
 
 BATCH, LENGTH, HEADS, HEAD_DIM = 32, 256, 12, 32  # all-MiniLM-L6-v2 on a [32, 256] batch.
 

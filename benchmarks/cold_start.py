@@ -23,13 +23,12 @@ import numpy as np
 
 QUERY = "what causes scurvy"
 # (stage, module, attribute): wrapped callables, in the order a search calls them.
-WRAPPED = (("parse gin", "xtr.cli", "parse_gin"),
-           ("open index", "xtr.index.reader", "open_index"),
-           ("load ScaNN", "xtr.index.reader", "TokenIndex.load_scann"),
-           ("restore parameters", "xtr.encoding", "load_params"),
-           ("build encoder", "xtr.model_spec", "encoder"),
-           ("encode query", "xtr.encoding", "Encoder.encode_queries"),
-           ("search + score", "xtr.retrieval", "rank"))
+WRAPPED = (("parse gin", "xtr.cli", "parse_gin"), ("open index", "xtr.index.reader", "open_index"),
+           ("load ScaNN", "xtr.index.reader",
+            "TokenIndex.load_scann"), ("restore parameters", "xtr.models.encoding", "load_params"),
+           ("build encoder", "xtr.models.model_spec",
+            "encoder"), ("encode query", "xtr.models.encoding",
+                         "Encoder.encode_ids"), ("search + score", "xtr.retrieval.ranker", "rank"))
 
 # Runs in the child: wraps WRAPPED, then runs xtr-search as its console script does.
 CHILD = """
@@ -46,7 +45,7 @@ def wrap(owner, name, stage):
     finally:
       events.setdefault(stage, [start - t0, 0.0])[1] += time.time() - start
   setattr(owner, name, timed)
-from xtr import search
+from xtr.cli import search
 events["imports"] = time.time() - t0
 for stage, module, attribute in %r:
   owner = importlib.import_module(module)
@@ -80,14 +79,16 @@ def run_once(arguments: list[str], empty_cache: bool) -> dict[str, float]:
     if empty_cache:
       env["XDG_CACHE_HOME"] = scratch
     start = time.time()
-    subprocess.run([sys.executable, "-P", "-c", CHILD, repr(start), out, *arguments],
-                   input=QUERY + "\n", text=True, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, env=env)
+    subprocess.run([sys.executable, "-P", "-c", CHILD,
+                    repr(start), out, *arguments], input=QUERY + "\n", text=True, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wall = time.time() - start
     with open(out) as f:
       events = json.load(f)
-  stages = {"interpreter start": events["interpreter"],
-            "imports": events["imports"] - events["interpreter"]}
+  stages = {
+      "interpreter start": events["interpreter"],
+      "imports": events["imports"] - events["interpreter"]
+  }
   stages["flags"] = events["main"] - events["imports"]
   stages.update({stage: events[stage][1] for stage, _, _ in WRAPPED if stage in events})
   stages["exit"] = wall - events["main returned"]
@@ -106,12 +107,11 @@ def main() -> None:
   args, extra = parser.parse_known_args()
   arguments = [f"--index={args.index}", f"--checkpoint={args.checkpoint}", "--top_k=5", *extra]
   runs = [run_once(arguments, args.empty_cache) for _ in range(args.runs)]
-  print(f"{'stage':34s} " + " ".join(f"{f'run {i + 1}':>8s}" for i in range(len(runs)))
-        + f" {'median':>8s}")
+  print(f"{'stage':34s} " + " ".join(f"{f'run {i + 1}':>8s}" for i in range(len(runs))) +
+        f" {'median':>8s}")
   for stage in runs[0]:
     values = [run[stage] for run in runs]
-    print(f"{stage:34s} " + " ".join(f"{v:8.0f}" for v in values)
-          + f" {np.median(values):8.0f}")
+    print(f"{stage:34s} " + " ".join(f"{v:8.0f}" for v in values) + f" {np.median(values):8.0f}")
 
 
 if __name__ == "__main__":

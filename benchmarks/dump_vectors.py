@@ -20,13 +20,13 @@ import sys
 
 import numpy as np
 
-from xtr import evaluation
-from xtr import searcher
+from xtr.evaluation import beir_eval
+from xtr.retrieval import searcher
 
 
 def main(index_dir: str, checkpoint: str, data_dir: str, out_dir: str) -> None:
   encoder, token_index = searcher.open_for_search(index_dir, checkpoint)
-  data = evaluation.load_beir(data_dir, "test")
+  data = beir_eval.load_beir(data_dir, "test")
   os.makedirs(out_dir, exist_ok=True)
   dtype = token_index.manifest["dtype"]
   vectors = np.lib.format.open_memmap(os.path.join(out_dir, "doc_vectors.npy"), "w+", dtype,
@@ -42,9 +42,13 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out_dir: str) -> None:
   np.save(os.path.join(out_dir, "query_vectors.npy"), q.astype(np.float32))
   np.save(os.path.join(out_dir, "query_mask.npy"), q_mask.astype(bool))
   for name, value in (("doc_ids", token_index.doc_ids), ("query_ids", list(data.query_ids)),
-                      ("source", {"index": index_dir, "checkpoint": checkpoint,
-                                  "data_dir": data_dir, "dtype": dtype,
-                                  "scann": token_index.manifest["scann"]})):
+                      ("source", {
+                          "index": index_dir,
+                          "checkpoint": checkpoint,
+                          "data_dir": data_dir,
+                          "dtype": dtype,
+                          "scann": token_index.manifest["scann"]
+                      })):
     with open(os.path.join(out_dir, name + ".json"), "w", encoding="utf-8") as f:
       json.dump(value, f)
   print(f"{out_dir}: {token_index.num_docs} docs, {start} tokens ({dtype}), {len(q)} queries of "

@@ -19,10 +19,10 @@ thread at 1 thread, ScaNN's threads (parallel batches off at 1 thread). A worker
 index once into --cache (the build's time and CPU are recorded then; the worker is restarted
 after a build, so that its peak RSS is loading and searching only) or loads it, then answers one
 untimed warm-up round; then the rounds run interleaved, A B C … A B C …. The first timed round's
-top 100 give nDCG@10 and Recall@100 (`xtr.evaluation.evaluate` against DATA_DIR's test qrels);
-latencies are every query's ms in every round: median, p95, and queries/s = 1000 / mean; "cores
-busy" is the worker's CPU time over its wall time in the rounds (a check of the pinning). Peak
-RSS is each worker's VmHWM at its end (not ru_maxrss, which keeps the driver's size from before
+top 100 give nDCG@10 and Recall@100 (`xtr.evaluation.beir_eval.evaluate` against DATA_DIR's test
+qrels); latencies are every query's ms in every round: median, p95, and queries/s = 1000 / mean;
+"cores busy" is the worker's CPU time over its wall time in the rounds (a check of the pinning).
+Peak RSS is each worker's VmHWM at its end (not ru_maxrss, which keeps the driver's size from before
 the worker's exec); every worker runs with MALLOC_ARENA_MAX=2, as the xtr CLIs do. An engine
 that does not run gets a row saying exactly why.
 
@@ -39,7 +39,8 @@ import sys
 import gin
 import numpy as np
 
-from xtr import evaluation
+from xtr import io
+from xtr.evaluation import beir_eval
 from xtr.index import scann
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,15 +49,15 @@ PEERS_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
 BATCH = 64
 
 
-def engines(scanns: dict[str, tuple[str | None, dict]], shards: int = 1
-            ) -> dict[str, tuple[str, str, dict]]:
+def engines(scanns: dict[str, tuple[str | None, dict]],
+            shards: int = 1) -> dict[str, tuple[str, str, dict]]:
   """name -> (python, worker kind, settings), given scanns[NAME] = (gin file of this project's
   ScaNN settings, None for those of the dumped index; the settings an index of the dumped
   vectors gets from it, `xtr.index.scann.settings`), and the shards of this project's indexes.
 
   NAME, NAME_batched: this project's f_XTR' (k' = 1000) over an index of the vectors with ScaNN
-    settings NAME, built by the worker, one query at a time (`retrieval.rank`) or 64 per call
-    (`retrieval.rank_batch`).
+    settings NAME, built by the worker, one query at a time (`ranker.rank`) or 64 per call
+    (`ranker.rank_batch`).
   colbert: this project's ColBERT three stages (token retrieval, gather, exact f_ColBERT) over
     the index of the first settings.
   pylate_xtr[_batched]: PyLate's `retrieve.XTR` + `indexes.ScaNN`, all PyLate's defaults
@@ -71,12 +72,13 @@ def engines(scanns: dict[str, tuple[str | None, dict]], shards: int = 1
   warp: PyLate's `indexes.WARP` (xtr-warp-rs) with PyLate's defaults.
   """
   scann = next(iter(scanns.values()))[1]
-  project_scann = {"num_leaves": scann["num_leaves"],
-                   "num_leaves_to_search": scann["num_leaves_to_search"],
-                   "dimensions_per_block": scann["dims_per_block"],
-                   "anisotropic_quantization_threshold":
-                       scann["anisotropic_quantization_threshold"],
-                   "training_sample_size": scann["training_sample_size"]}
+  project_scann = {
+      "num_leaves": scann["num_leaves"],
+      "num_leaves_to_search": scann["num_leaves_to_search"],
+      "dimensions_per_block": scann["dims_per_block"],
+      "anisotropic_quantization_threshold": scann["anisotropic_quantization_threshold"],
+      "training_sample_size": scann["training_sample_size"]
+  }
   pylate_defaults = {"name": "pylate_scann_defaults", "index": {}}
   pylate_project = {"name": "pylate_scann_project", "index": project_scann, "k_token": 1000}
   plaid = {"nbits": 4, "kmeans_niters": 4, "n_ivf_probe": 8, "n_full_scores": 8192}
@@ -87,19 +89,37 @@ def engines(scanns: dict[str, tuple[str | None, dict]], shards: int = 1
     ours[name + "_batched"] = (sys.executable, "xtr", settings | {"batch": BATCH})
   first, (gin_file, _) = next(iter(scanns.items()))
   return ours | {
-      "colbert": (sys.executable, "xtr", {"name": first, "scann_gin": gin_file,
-                                          "shards": shards, "scoring": "colbert"}),
+      "colbert": (sys.executable, "xtr", {
+          "name": first,
+          "scann_gin": gin_file,
+          "shards": shards,
+          "scoring": "colbert"
+      }),
       "pylate_xtr": (PEERS_PYTHON, "pylate_xtr", pylate_defaults),
-      "pylate_xtr_batched": (PEERS_PYTHON, "pylate_xtr", pylate_defaults | {"batch": BATCH}),
-      "pylate_xtr_k1000": (PEERS_PYTHON, "pylate_xtr", pylate_defaults | {"k_token": 1000}),
+      "pylate_xtr_batched": (PEERS_PYTHON, "pylate_xtr", pylate_defaults | {
+          "batch": BATCH
+      }),
+      "pylate_xtr_k1000": (PEERS_PYTHON, "pylate_xtr", pylate_defaults | {
+          "k_token": 1000
+      }),
       "pylate_xtr_project": (PEERS_PYTHON, "pylate_xtr", pylate_project),
-      "pylate_xtr_project_batched": (PEERS_PYTHON, "pylate_xtr",
-                                     pylate_project | {"batch": BATCH}),
-      "plaid_stanford": (PEERS_PYTHON, "pylate_index", {"name": "plaid_stanford", "index": "PLAID",
-                                                        "use_fast": False} | plaid),
-      "fast_plaid": (PEERS_PYTHON, "pylate_index", {"name": "plaid_fast", "index": "PLAID",
-                                                    "use_fast": True} | plaid),
-      "warp": (PEERS_PYTHON, "pylate_index", {"name": "warp", "index": "WARP"}),
+      "pylate_xtr_project_batched": (PEERS_PYTHON, "pylate_xtr", pylate_project | {
+          "batch": BATCH
+      }),
+      "plaid_stanford": (PEERS_PYTHON, "pylate_index", {
+          "name": "plaid_stanford",
+          "index": "PLAID",
+          "use_fast": False
+      } | plaid),
+      "fast_plaid": (PEERS_PYTHON, "pylate_index", {
+          "name": "plaid_fast",
+          "index": "PLAID",
+          "use_fast": True
+      } | plaid),
+      "warp": (PEERS_PYTHON, "pylate_index", {
+          "name": "warp",
+          "index": "WARP"
+      }),
   }
 
 
@@ -113,7 +133,7 @@ def _scann_settings(gin_file: str, num_tokens: int) -> dict:
 
 
 def thread_env(threads: int) -> dict[str, str]:
-  # Two malloc arenas for every engine, as the xtr CLIs set (`cli._fewer_malloc_arenas`).
+  # Two malloc arenas for every engine, as the xtr CLIs set (`common._fewer_malloc_arenas`).
   env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
              OPENBLAS_NUM_THREADS=str(threads), TF_NUM_INTRAOP_THREADS=str(threads),
              TF_NUM_INTEROP_THREADS="1", TOKENIZERS_PARALLELISM="false", MALLOC_ARENA_MAX="2")
@@ -135,8 +155,12 @@ class Worker:
     if not os.path.exists(python):
       self.error, self.process = f"{python} is missing: run bash benchmarks/peers/setup.sh", None
       return
-    command = [python, WORKER, kind, args.vectors, args.cache, str(threads), str(args.queries),
-               json.dumps(settings)]
+    command = [
+        python, WORKER, kind, args.vectors, args.cache,
+        str(threads),
+        str(args.queries),
+        json.dumps(settings)
+    ]
     for _ in range(2):  # Once more after a build: peak RSS is then loading and searching only.
       with open(self.log, "a", encoding="utf-8") as log:
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -204,23 +228,39 @@ def run_threads(args, threads: int, names: list[str], specs: dict, data) -> list
     if worker.error:
       rows.append(row | {"error": worker.error})
       continue
-    run = {query_id: dict(map(tuple, ranking))
-           for query_id, ranking in zip(data.query_ids, rankings[worker.name])}
-    metrics = evaluation.evaluate(data.qrels, run, mrr_at=())
+    run = {
+        query_id: dict(map(tuple, ranking))
+        for query_id, ranking in zip(data.query_ids, rankings[worker.name])
+    }
+    metrics = beir_eval.evaluate(data.qrels, run, mrr_at=())
     ms = np.asarray([r["ms"] for r in worker.rounds])  # [rounds, queries]
-    rows.append(row | {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"],
-                       "num_queries": metrics["num_queries"],
-                       "p50_ms": float(np.median(ms)), "p95_ms": float(np.percentile(ms, 95)),
-                       "queries_per_s": float(1000 / ms.mean()),
-                       "p50_ms_per_round": np.median(ms, axis=1).tolist(),
-                       "cores_used": sum(r["cpu_s"] for r in worker.rounds)
-                                     / sum(r["wall_s"] for r in worker.rounds)})
+    rows.append(
+        row | {
+            "ndcg@10":
+                metrics["ndcg@10"],
+            "recall@100":
+                metrics["recall@100"],
+            "num_queries":
+                metrics["num_queries"],
+            "p50_ms":
+                float(np.median(ms)),
+            "p95_ms":
+                float(np.percentile(ms, 95)),
+            "queries_per_s":
+                float(1000 / ms.mean()),
+            "p50_ms_per_round":
+                np.median(ms, axis=1).tolist(),
+            "cores_used":
+                sum(r["cpu_s"] for r in worker.rounds) / sum(r["wall_s"] for r in worker.rounds)
+        })
   return rows
 
 
 def table(rows: list[dict]) -> list[str]:
-  lines = ["| engine | nDCG@10 | R@100 | p50 ms | p95 ms | queries/s | cores busy | build s | "
-           "bytes/token | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
+  lines = [
+      "| engine | nDCG@10 | R@100 | p50 ms | p95 ms | queries/s | cores busy | build s | "
+      "bytes/token | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"
+  ]
   for r in rows:
     if "error" in r:
       lines.append(f"| {r['engine']} | did not run (below) | | | | | | | | |")
@@ -247,10 +287,11 @@ def main() -> None:
   parser.add_argument("--queries", type=int, default=0, help="the first N queries (0: all)")
   parser.add_argument("--engines", default="", help="comma-separated names (default: all)")
   parser.add_argument("--cache", default="", help="built indexes (default: VECTORS/indexes)")
-  parser.add_argument("--scann", action="append", default=[], metavar="NAME[=GIN_FILE]",
-                      help="this project's engine NAME with the ScaNN settings of GIN_FILE "
-                           "(e.g. gin/scann/fast.gin; none: the dumped index's); repeat for "
-                           "several (default: xtr, the dumped index's)")
+  parser.add_argument(
+      "--scann", action="append", default=[], metavar="NAME[=GIN_FILE]",
+      help="this project's engine NAME with the ScaNN settings of GIN_FILE "
+      "(e.g. gin/scann/fast.gin; none: the dumped index's); repeat for "
+      "several (default: xtr, the dumped index's)")
   parser.add_argument("--shards", type=int, default=1,
                       help="this project's indexes in this many shards (contiguous documents)")
   args = parser.parse_args()
@@ -261,28 +302,38 @@ def main() -> None:
     source = json.load(f)
   with open(os.path.join(args.vectors, "query_ids.json"), encoding="utf-8") as f:
     query_ids = json.load(f)[:args.queries or None]
-  beir = evaluation.load_beir(args.data_dir, "test")
-  data = argparse.Namespace(query_ids=query_ids,
-                            qrels={q: beir.qrels[q] for q in query_ids})
+  beir = beir_eval.load_beir(args.data_dir, "test")
+  data = argparse.Namespace(query_ids=query_ids, qrels={q: beir.qrels[q] for q in query_ids})
   num_tokens = int(np.load(os.path.join(args.vectors, "doc_lengths.npy")).sum())
   scanns = {"xtr": (None, source["scann"])}
   if args.scann:
-    scanns = {name: (os.path.abspath(gin_file), _scann_settings(gin_file, num_tokens))
-              if gin_file else (None, source["scann"])
-              for name, _, gin_file in (spec.partition("=") for spec in args.scann)}
+    scanns = {}
+    for name, _, gin_file in (spec.partition("=") for spec in args.scann):
+      scanns[name] = ((os.path.abspath(gin_file),
+                       _scann_settings(gin_file, num_tokens)) if gin_file else
+                      (None, source["scann"]))
   specs = engines(scanns, args.shards)
   names = args.engines.split(",") if args.engines else list(specs)
-  rows = [row for threads in map(int, args.threads.split(","))
-          for row in run_threads(args, threads, names, specs, data)]
-  report = {"vectors": args.vectors, "source": source, "data_dir": args.data_dir,
-            "rounds": args.rounds, "queries": len(query_ids), "cpus": os.cpu_count(),
-            "load_average": os.getloadavg(), "rows": rows}
-  evaluation.write_json(report, args.out + ".json")
+  rows = [
+      row for threads in map(int, args.threads.split(","))
+      for row in run_threads(args, threads, names, specs, data)
+  ]
+  report = {
+      "vectors": args.vectors,
+      "source": source,
+      "data_dir": args.data_dir,
+      "rounds": args.rounds,
+      "queries": len(query_ids),
+      "cpus": os.cpu_count(),
+      "load_average": os.getloadavg(),
+      "rows": rows
+  }
+  io.write_results(args.out + ".json", report)
   lines = []
   for threads in dict.fromkeys(r["threads"] for r in rows):
     lines += [f"\n### {threads} thread(s): {len(query_ids)} queries × {args.rounds} rounds\n"]
     lines += table([r for r in rows if r["threads"] == threads])
-  with evaluation.atomic_open(args.out + ".md") as f:
+  with io.atomic_open(args.out + ".md") as f:
     f.write("\n".join(lines).lstrip() + "\n")
   print("\n".join(lines))
 

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from xtr import alignment
-from xtr import scoring
+from xtr.scoring import alignment
+from xtr.scoring import search_scores
 
 rng = np.random.default_rng(0)
 num_candidates = int(sys.argv[1]) if len(sys.argv) > 1 else 640
@@ -20,6 +20,7 @@ unit = lambda x: (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float
 q, q_mask, u_q = unit(rng.normal(size=(30, 128))), np.ones(30, bool), rng.random(30)
 docs = [unit(rng.normal(size=(rng.integers(100, 257), 128))) for _ in range(num_candidates)]
 saliences = [rng.random(len(d)).astype(np.float32) for d in docs]
+
 
 def seconds(refine) -> float:
   refine()
@@ -30,10 +31,11 @@ def seconds(refine) -> float:
     times.append(time.perf_counter() - start)
   return min(times)
 
-colbert = seconds(lambda: scoring.colbert_rerank(q, q_mask, docs))
+
+colbert = seconds(lambda: search_scores.colbert_rerank(q, q_mask, docs))
 print(f"{num_candidates} candidates | f_ColBERT rerank {colbert:.3f} s")
 for text in ("top_k:1", "top_k:8", "top_p:0.02", "differentiable:1"):
   strategy = alignment.Alignment.parse(text)
-  took = seconds(lambda: scoring.alignment_rerank(q, q_mask, u_q.astype(np.float32), docs,
-                                                  saliences, strategy))
+  took = seconds(lambda: search_scores.alignment_rerank(q, q_mask, u_q.astype(np.float32), docs,
+                                                        saliences, strategy))
   print(f"ALIGNER {text:>16} {took:.3f} s ({took / colbert:.1f}x f_ColBERT)")

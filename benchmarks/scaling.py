@@ -29,7 +29,7 @@ import sys
 import matplotlib
 import numpy as np
 
-from xtr import evaluation
+from xtr import io
 from xtr.index import reader
 
 matplotlib.use("Agg")
@@ -87,8 +87,13 @@ def write_scale(vectors_dir: str, real_indexes: list[str], scale: int, noise: fl
   with open(os.path.join(vectors_dir, "source.json"), encoding="utf-8") as f:
     source_record = json.load(f)
   with open(os.path.join(out_dir, "source.json"), "w", encoding="utf-8") as f:
-    json.dump(source_record | {"scale": scale, "real_docs": num_real, "noise": noise,
-                               "real_indexes": real_indexes}, f)
+    json.dump(
+        source_record | {
+            "scale": scale,
+            "real_docs": num_real,
+            "noise": noise,
+            "real_indexes": real_indexes
+        }, f)
   for name in QUERY_FILES:
     target_path = os.path.join(out_dir, name)
     if not os.path.exists(target_path):
@@ -125,20 +130,25 @@ def main() -> None:
     engine_names = args.engines.split(",")
     if shards > 1:
       engine_names = [e for e in engine_names if e.removesuffix("_batched") in ours]
-      skipped += [f"{e} at {scale}x: one index of {scale * base_tokens:,} tokens needs ~"
-                  f"{build_bytes / 2**30:.0f} GiB to build (ScaNN holds ~3 float32 copies), over "
-                  f"80 % of this machine's {available / 2**30:.0f} GiB"
-                  for e in args.engines.split(",") if e not in engine_names]
+      skipped += [
+          f"{e} at {scale}x: one index of {scale * base_tokens:,} tokens needs ~"
+          f"{build_bytes / 2**30:.0f} GiB to build (ScaNN holds ~3 float32 copies), over "
+          f"80 % of this machine's {available / 2**30:.0f} GiB"
+          for e in args.engines.split(",")
+          if e not in engine_names
+      ]
       print(f"scale {scale}: {shards} shards; {'; '.join(skipped)}", file=sys.stderr, flush=True)
     out_dir = f"{args.out}.s{scale}"
     if not os.path.exists(os.path.join(out_dir, "source.json")):
       write_scale(args.vectors, args.real_index, scale, args.noise, out_dir)
     report = f"{args.out}.s{scale}"
     if not os.path.exists(report + ".json"):
-      subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "engines.py"), out_dir,
-                      args.data_dir, report, "--threads=1", f"--rounds={args.rounds}",
-                      f"--engines={','.join(engine_names)}", f"--shards={shards}",
-                      *[f"--scann={s}" for s in args.scann]], check=True)
+      subprocess.run([
+          sys.executable,
+          os.path.join(ROOT, "benchmarks", "engines.py"), out_dir, args.data_dir, report,
+          "--threads=1", f"--rounds={args.rounds}", f"--engines={','.join(engine_names)}",
+          f"--shards={shards}", *[f"--scann={s}" for s in args.scann]
+      ], check=True)
     with open(report + ".json", encoding="utf-8") as f:
       engine_rows = json.load(f)["rows"]
     tokens = int(np.load(os.path.join(out_dir, "doc_lengths.npy")).sum())
@@ -147,22 +157,33 @@ def main() -> None:
   for engine in dict.fromkeys(r["engine"] for r in rows):
     ran = [r for r in rows if r["engine"] == engine and "error" not in r]
     if len(ran) >= 2:
-      fits[engine] = {"latency_exponent": _fit([r["tokens"] for r in ran],
-                                               [r["p50_ms"] for r in ran]),
-                      "rss_exponent": _fit([r["tokens"] for r in ran],
-                                           [r["peak_rss_mb"] for r in ran])}
-  evaluation.write_json({"rows": rows, "fits": fits, "skipped": skipped,
-                         "noise": args.noise, "real_indexes": args.real_index},
-                        args.out + ".json")
-  lines = ["| engine | scale | tokens | shards | nDCG@10 | p50 ms | peak RSS MB | build s |",
-           "|---|---|---|---|---|---|---|---|"]
-  lines += [f"| {r['engine']} | {r['scale']}x | {r['tokens']:,} | {r['shards']} | "
-            f"{r['ndcg@10']:.4f} | {r['p50_ms']:.1f} | {r['peak_rss_mb']:.0f} | "
-            f"{r['build_s']:.0f} |" for r in rows if "error" not in r]
-  lines += [f"\n{engine}: latency ~ tokens^{fit['latency_exponent']:.2f}, peak RSS ~ "
-            f"tokens^{fit['rss_exponent']:.2f}" for engine, fit in fits.items()]
+      fits[engine] = {
+          "latency_exponent": _fit([r["tokens"] for r in ran], [r["p50_ms"] for r in ran]),
+          "rss_exponent": _fit([r["tokens"] for r in ran], [r["peak_rss_mb"] for r in ran])
+      }
+  io.write_results(
+      args.out + ".json", {
+          "rows": rows,
+          "fits": fits,
+          "skipped": skipped,
+          "noise": args.noise,
+          "real_indexes": args.real_index
+      })
+  lines = [
+      "| engine | scale | tokens | shards | nDCG@10 | p50 ms | peak RSS MB | build s |",
+      "|---|---|---|---|---|---|---|---|"
+  ]
+  lines += [
+      f"| {r['engine']} | {r['scale']}x | {r['tokens']:,} | {r['shards']} | "
+      f"{r['ndcg@10']:.4f} | {r['p50_ms']:.1f} | {r['peak_rss_mb']:.0f} | "
+      f"{r['build_s']:.0f} |" for r in rows if "error" not in r
+  ]
+  lines += [
+      f"\n{engine}: latency ~ tokens^{fit['latency_exponent']:.2f}, peak RSS ~ "
+      f"tokens^{fit['rss_exponent']:.2f}" for engine, fit in fits.items()
+  ]
   lines += [f"\nSkipped: {reason}." for reason in skipped]
-  with evaluation.atomic_open(args.out + ".md") as f:
+  with io.atomic_open(args.out + ".md") as f:
     f.write("\n".join(lines) + "\n")
   print("\n".join(lines))
   figure, axes = plt.subplots(1, 2, figsize=(10, 4))

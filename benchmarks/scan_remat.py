@@ -2,7 +2,7 @@
 
 Each row lowers and compiles (nothing runs, parameters are abstract) the gradient of a loss on
 the token vectors of an `XTREncoder` over a batch of documents, with `t5.T5Config.scan_layers`
-and `remat_policy` (`xtr.layer_stack`); it prints the seconds to lower and compile, and XLA's
+and `remat_policy` (`xtr.models.layer_stack`); it prints the seconds to lower and compile, and XLA's
 `memory_analysis()` temporaries (activations kept for the backward pass and scratch):
 
   .venv/bin/python benchmarks/scan_remat.py [--models=tiny,base] [--batch=8] [--length=256]
@@ -10,14 +10,14 @@ and `remat_policy` (`xtr.layer_stack`); it prints the seconds to lower and compi
 import dataclasses
 import time
 
+from absl import app
+from absl import flags
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from absl import app
-from absl import flags
 
-from xtr import models
-from xtr import t5
+from xtr.models import t5
+from xtr.models import xtr_encoder
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "base"], "Encoder shapes (of _SHAPES).")
 _BATCH = flags.DEFINE_integer("batch", 8, "Documents per batch.")
@@ -36,10 +36,10 @@ _SHAPES = {  # gin/models/t5_1_1_tiny.gin, t5_1_1_base.gin and t5_1_1_large.gin
 
 def measure(config: t5.T5Config, batch: int, length: int) -> tuple[float, int]:
   """(seconds to lower and compile, temporary bytes) of the gradient on [batch, length] ids."""
-  model = models.XTREncoder(t5.T5Encoder(config))
+  model = xtr_encoder.XTREncoder(t5.T5Encoder(config))
   ids = jax.ShapeDtypeStruct((batch, length), jnp.int32)
-  params = jax.eval_shape(lambda: nn.meta.unbox(
-      model.init(jax.random.key(0), jnp.ones((1, 8), jnp.int32))["params"]))
+  params = jax.eval_shape(
+      lambda: nn.meta.unbox(model.init(jax.random.key(0), jnp.ones((1, 8), jnp.int32))["params"]))
 
   def loss(params, ids):
     vectors, _, _ = model.apply({"params": params}, ids)

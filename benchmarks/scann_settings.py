@@ -18,11 +18,12 @@ import time
 
 import numpy as np
 
-from xtr import evaluation
-from xtr import scoring
-from xtr import searcher
+from xtr import io
+from xtr.evaluation import beir_eval
 from xtr.index import scann
 from xtr.index import scann_search
+from xtr.retrieval import searcher
+from xtr.scoring import search_scores
 
 K_PRIME = 1000
 
@@ -38,7 +39,7 @@ def exact_top(tokens: np.ndarray, vectors: np.ndarray, k: int) -> np.ndarray:
 
 def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str) -> None:
   encoder, token_index = searcher.open_for_search(index_dir, checkpoint)
-  data = evaluation.load_beir(data_dir, "test")
+  data = beir_eval.load_beir(data_dir, "test")
   q, q_mask, _ = encoder.encode_queries(data.queries)
   vectors = np.concatenate(token_index.doc_vectors(range(token_index.num_docs)))
   tokens = q[q_mask]
@@ -57,10 +58,10 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str
                                           leaves_to_search, 1)
       recall = np.mean([len(np.intersect1d(f, e)) / K_PRIME for f, e in zip(found, exact)])
       run = {}
-      for query_id, token_scores, token_rows in zip(
-          data.query_ids, np.split(scores, bounds), np.split(found.astype(np.int64), bounds)):
-        top, top_scores = scoring.top_candidates(
-            *scoring.f_xtr_prime(token_scores, doc_of_token[token_rows]), 100)
+      for query_id, token_scores, token_rows in zip(data.query_ids, np.split(scores, bounds),
+                                                    np.split(found.astype(np.int64), bounds)):
+        top, top_scores = search_scores.top_candidates(
+            *search_scores.f_xtr_prime(token_scores, doc_of_token[token_rows]), 100)
         run[query_id] = {token_index.doc_ids[d]: float(s) for d, s in zip(top, top_scores)}
       times = []
       for query_tokens in np.split(tokens, bounds):
@@ -68,20 +69,26 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str
         scann_search.search(built.searcher, query_tokens, K_PRIME, config.reorder_k,
                             leaves_to_search, 1)
         times.append(1000 * (time.perf_counter() - begin))
-      rows.append({**setting, "num_leaves_built": built_settings["num_leaves"],
-                   "leaves_searched": leaves_to_search, "recall@1000": float(recall),
-                   "ndcg@10": evaluation.evaluate(data.qrels, run)["ndcg@10"],
-                   "scann_p50_ms": float(np.median(times)), "build_s": build_s})
+      rows.append({
+          **setting, "num_leaves_built": built_settings["num_leaves"],
+          "leaves_searched": leaves_to_search,
+          "recall@1000": float(recall),
+          "ndcg@10": beir_eval.evaluate(data.qrels, run)["ndcg@10"],
+          "scann_p50_ms": float(np.median(times)),
+          "build_s": build_s
+      })
       print(rows[-1], file=sys.stderr, flush=True)
-  evaluation.write_json({"index": index_dir, "rows": rows}, out + ".json")
-  lines = ["| settings | leaves | searched | recall@1000 | nDCG@10 | ScaNN p50 ms | build s |",
-           "|---|---|---|---|---|---|---|"]
+  io.write_results(out + ".json", {"index": index_dir, "rows": rows})
+  lines = [
+      "| settings | leaves | searched | recall@1000 | nDCG@10 | ScaNN p50 ms | build s |",
+      "|---|---|---|---|---|---|---|"
+  ]
   for r in rows:
     changed = {k: v for k, v in r.items() if k in scann.ScannConfig.__dataclass_fields__}
     lines.append(f"| {json.dumps(changed) if changed else 'default'} | {r['num_leaves_built']} | "
                  f"{r['leaves_searched']} | {r['recall@1000']:.4f} | {r['ndcg@10']:.4f} | "
                  f"{r['scann_p50_ms']:.2f} | {r['build_s']:.0f} |")
-  with evaluation.atomic_open(out + ".md") as f:
+  with io.atomic_open(out + ".md") as f:
     f.write("\n".join(lines) + "\n")
   print("\n".join(lines))
 

@@ -17,6 +17,7 @@ from xtr.index import verify
 path = sys.argv[1]
 queries = np.random.default_rng(0).normal(size=(32, 128)).astype(np.float32)
 
+
 def ready(mode: str) -> tuple[float, float, float]:
   """(opened, ScaNN ready, chunks ready) seconds since the open began."""
   start = time.perf_counter()
@@ -26,6 +27,7 @@ def ready(mode: str) -> tuple[float, float, float]:
   scann_ready = time.perf_counter() - start
   index.doc_vectors([0])
   return opened, scann_ready, time.perf_counter() - start
+
 
 record = os.path.join(path, verify.RECORD)
 if os.path.exists(record):

@@ -22,33 +22,39 @@ import time
 import matplotlib
 import numpy as np
 
-from xtr import evaluation
-from xtr import retrieval
-from xtr import scoring
-from xtr import searcher
+from xtr import io
+from xtr.evaluation import beir_eval
+from xtr.retrieval import ranker
+from xtr.retrieval import searcher
+from xtr.scoring import search_scores
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # pylint: disable=wrong-import-position
 from matplotlib import ticker  # pylint: disable=wrong-import-position
 
 
-def _row(data: evaluation.BeirData, results: retrieval.Results, **settings) -> dict:
-  metrics = evaluation.evaluate(data.qrels, {q: dict(r) for q, r in
-                                              zip(data.query_ids, results.rankings)})
-  row = {**settings, "ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"],
-         "p50_ms": float(np.median(results.latency_ms)),
-         "p95_ms": float(np.percentile(results.latency_ms, 95)),
-         "queries_per_s": float(1000 / np.mean(results.latency_ms))}
+def _row(data: beir_eval.BeirData, results: ranker.Results, **settings) -> dict:
+  metrics = beir_eval.evaluate(data.qrels, {
+      q: dict(r) for q, r in zip(data.query_ids, results.rankings)
+  })
+  row = {
+      **settings, "ndcg@10": metrics["ndcg@10"],
+      "recall@100": metrics["recall@100"],
+      "p50_ms": float(np.median(results.latency_ms)),
+      "p95_ms": float(np.percentile(results.latency_ms, 95)),
+      "queries_per_s": float(1000 / np.mean(results.latency_ms))
+  }
   if results.encode_ms is not None:
     total = results.encode_ms + results.latency_ms
-    row |= {"encode_p50_ms": float(np.median(results.encode_ms)),
-            "end_to_end_p50_ms": float(np.median(total))}
+    row |= {
+        "encode_p50_ms": float(np.median(results.encode_ms)),
+        "end_to_end_p50_ms": float(np.median(total))
+    }
   print(row, file=sys.stderr, flush=True)
   return row
 
 
-def _profile(token_index, q: np.ndarray, q_mask: np.ndarray, config: retrieval.SearchConfig
-             ) -> dict:
+def _profile(token_index, q: np.ndarray, q_mask: np.ndarray, config: ranker.SearchConfig) -> dict:
   """Median ms of the two stages of an f_XTR' query (q [Q, n, D], q_mask [Q, n]): ScaNN token
   retrieval, then f_XTR' and the top-k."""
   stages = {"scann_ms": [], "f_xtr_prime_and_top_k_ms": []}
@@ -57,7 +63,7 @@ def _profile(token_index, q: np.ndarray, q_mask: np.ndarray, config: retrieval.S
     token_scores, token_docs = token_index.search(vectors[mask], config.k_prime, "scann",
                                                   config.leaves_to_search)
     retrieved = time.perf_counter()
-    scoring.top_candidates(*scoring.f_xtr_prime(token_scores, token_docs), config.top_k)
+    search_scores.top_candidates(*search_scores.f_xtr_prime(token_scores, token_docs), config.top_k)
     stages["scann_ms"].append(retrieved - start)
     stages["f_xtr_prime_and_top_k_ms"].append(time.perf_counter() - retrieved)
   return {stage: 1000 * float(np.median(times)) for stage, times in stages.items()}
@@ -66,43 +72,53 @@ def _profile(token_index, q: np.ndarray, q_mask: np.ndarray, config: retrieval.S
 def main(index_dir: str, checkpoint: str, data_dir: str, out: str,
          k_primes: str = "100,1000,4000,40000", leaves: str = "0,200,400") -> None:
   encoder, token_index = searcher.open_for_search(index_dir, checkpoint)
-  data = evaluation.load_beir(data_dir, "test")
+  data = beir_eval.load_beir(data_dir, "test")
   rows = []
   for leaves_to_search in [int(v) or None for v in leaves.split(",")]:
     for k_prime in map(int, k_primes.split(",")):
-      config = retrieval.SearchConfig(top_k=100, k_prime=k_prime,
-                                      leaves_to_search=leaves_to_search)
-      results = retrieval.search(encoder, token_index, data.queries, config, progress=False)
+      config = ranker.SearchConfig(top_k=100, k_prime=k_prime, leaves_to_search=leaves_to_search)
+      results = ranker.search(encoder, token_index, data.queries, config, progress=False)
       rows.append(_row(data, results, k_prime=k_prime, leaves=leaves_to_search or "built"))
-    config = retrieval.SearchConfig(top_k=100, k_prime=1000, leaves_to_search=leaves_to_search,
-                                    threads=os.cpu_count())
-    results = retrieval.search(encoder, token_index, data.queries, config, progress=False)
-    rows.append(_row(data, results, k_prime=1000, leaves=leaves_to_search or "built",
-                     threads=config.threads))
-  results = retrieval.search(encoder, token_index, data.queries,
-                             retrieval.SearchConfig(top_k=100, k_prime=1000), encode_alone=True,
-                             progress=False)
+    config = ranker.SearchConfig(top_k=100, k_prime=1000, leaves_to_search=leaves_to_search,
+                                 threads=os.cpu_count())
+    results = ranker.search(encoder, token_index, data.queries, config, progress=False)
+    rows.append(
+        _row(data, results, k_prime=1000, leaves=leaves_to_search or "built",
+             threads=config.threads))
+  results = ranker.search(encoder, token_index, data.queries,
+                          ranker.SearchConfig(top_k=100, k_prime=1000), encode_alone=True,
+                          progress=False)
   rows.append(_row(data, results, k_prime=1000, leaves="built", encode="alone"))
   q, q_mask, _ = encoder.encode_queries(data.queries)
-  profile = _profile(token_index, q, q_mask, retrieval.SearchConfig(top_k=100, k_prime=1000))
+  profile = _profile(token_index, q, q_mask, ranker.SearchConfig(top_k=100, k_prime=1000))
   peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  report = {"index": index_dir, "checkpoint": checkpoint, "data_dir": data_dir,
-            "num_leaves": token_index.manifest["scann"]["num_leaves"],
-            "leaves_built": token_index.manifest["scann"]["num_leaves_to_search"],
-            "peak_rss_mb": peak_rss_mb, "profile_k_prime_1000": profile, "rows": rows}
-  with evaluation.atomic_open(out + ".json") as f:
+  report = {
+      "index": index_dir,
+      "checkpoint": checkpoint,
+      "data_dir": data_dir,
+      "num_leaves": token_index.manifest["scann"]["num_leaves"],
+      "leaves_built": token_index.manifest["scann"]["num_leaves_to_search"],
+      "peak_rss_mb": peak_rss_mb,
+      "profile_k_prime_1000": profile,
+      "rows": rows
+  }
+  with io.atomic_open(out + ".json") as f:
     json.dump(report, f, indent=1)
-  lines = ["| k' | leaves | threads | nDCG@10 | R@100 | p50 ms | p95 ms | queries/s | "
-           "end to end p50 ms |", "|---|---|---|---|---|---|---|---|---|"]
+  lines = [
+      "| k' | leaves | threads | nDCG@10 | R@100 | p50 ms | p95 ms | queries/s | "
+      "end to end p50 ms |", "|---|---|---|---|---|---|---|---|---|"
+  ]
   end_to_end = lambda r: f"{r['end_to_end_p50_ms']:.1f}" if "end_to_end_p50_ms" in r else "—"
-  lines += [f"| {r['k_prime']} | {r['leaves']} | {r.get('threads', 1)} | {r['ndcg@10']:.4f} | "
-            f"{r['recall@100']:.3f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
-            f"{r['queries_per_s']:.0f} | {end_to_end(r)} |" for r in rows]
+  lines += [
+      f"| {r['k_prime']} | {r['leaves']} | {r.get('threads', 1)} | {r['ndcg@10']:.4f} | "
+      f"{r['recall@100']:.3f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
+      f"{r['queries_per_s']:.0f} | {end_to_end(r)} |" for r in rows
+  ]
   lines.append(f"\nPeak RSS {peak_rss_mb:.0f} MB; {report['num_leaves']} leaves, "
                f"{report['leaves_built']} searched as built. Stages at k' = 1000 (median ms): "
                f"ScaNN {profile['scann_ms']:.2f}, f_XTR' and top-k "
                f"{profile['f_xtr_prime_and_top_k_ms']:.2f}.")
-  with evaluation.atomic_open(out + ".md") as f:
+  with io.atomic_open(out + ".md") as f:
     f.write("\n".join(lines) + "\n")
   print("\n".join(lines))
   plot(rows, out + ".png")

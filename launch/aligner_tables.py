@@ -3,7 +3,8 @@
   .venv/bin/python launch/aligner_tables.py runs/aligner [FIGURES_DIR]
 
 Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir), OUT_DIR/<model>/adapt.json
-(xtr-adapt-alignment) and OUT_DIR/relu/nfcorpus/ (launch/aligner_nfcorpus.sh); writes FIGURES_DIR (default OUT_DIR)/aligner_pruning.png (Figure 7
+(xtr-adapt-alignment) and OUT_DIR/relu/nfcorpus/ (launch/aligner_nfcorpus.sh); writes FIGURES_DIR
+(default OUT_DIR)/aligner_pruning.png (Figure 7
 analog: nDCG@10 against β_d, one line per β_q) and aligner_salience.png (Figure 6 analog:
 nDCG@10 against β_d, one line per salience variant). Pruning cells not run yet show as "—";
 variant rows appear once measured.
@@ -32,8 +33,10 @@ def load(path: pathlib.Path) -> dict | None:
 def row(label: str, result: dict | None) -> str:
   if result is None:
     return f"| {label} |" + " — |" * 5
-  return (f"| {label} | {result['ndcg@10']:.4f} | {result['recall@100']:.4f} | "
-          f"{result['mrr@10']:.4f} | {result['indexed_tokens']:,} | {result['scann_bytes'] / 1e6:.1f} |")
+  return (
+      f"| {label} | {result['ndcg@10']:.4f} | {result['recall@100']:.4f} | "
+      f"{result['mrr@10']:.4f} | {result['indexed_tokens']:,} | {result['scann_bytes'] / 1e6:.1f} |"
+  )
 
 
 def ndcg(result: dict | None) -> float:
@@ -41,14 +44,18 @@ def ndcg(result: dict | None) -> float:
 
 
 def main(out: pathlib.Path, figures: pathlib.Path) -> None:
-  pruning = {(beta_d, beta_q): load(out / "entropy_lp" / f"{prefix}_q{beta_q}.json")
-             for _, beta_d, prefix in BETA_D for beta_q in BETA_Q}
+  pruning = {
+      (beta_d, beta_q): load(out / "entropy_lp" / f"{prefix}_q{beta_q}.json")
+      for _, beta_d, prefix in BETA_D for beta_q in BETA_Q
+  }
   print("Pruning (top-1 alignment, k' = 1000)\n\n" + HEAD.format("β_d, β_q"))
   for label, beta_d, _ in BETA_D:
     for beta_q in BETA_Q:
       print(row(f"{label}, {float(beta_q) * 100:.0f} %", pruning[beta_d, beta_q]))
-  variants = {(v, beta_d): load(out / v / f"{prefix}_q1.json")
-              for v in VARIANTS for _, beta_d, prefix in BETA_D}
+  variants = {
+      (v, beta_d): load(out / v / f"{prefix}_q1.json") for v in VARIANTS
+      for _, beta_d, prefix in BETA_D
+  }
   print("\nSalience variant (β_q = 100 %)\n\n" + HEAD.format("variant, β_d"))
   for variant in VARIANTS:
     for label, beta_d, _ in BETA_D:
@@ -59,8 +66,8 @@ def main(out: pathlib.Path, figures: pathlib.Path) -> None:
     for label, _, prefix in BETA_D:
       if prefix != "top1_d0.4":
         print(row(f"{variant}, {label}", load(out / variant / f"{prefix}_q1_k100.json")))
-  print("\nNFCorpus test, the SciFact-trained relu model (top-1, k' = 1000)\n\n"
-        + HEAD.format("β_d"))
+  print("\nNFCorpus test, the SciFact-trained relu model (top-1, k' = 1000)\n\n" +
+        HEAD.format("β_d"))
   for label, index in (("100 %", "index"), ("20 %", "index_d0.2")):
     print(row(label, load(out / "relu" / "nfcorpus" / f"top1_{index}.json")))
   for label, path in (("entropy_lp, SciFact", out / "entropy_lp" / "adapt.json"),
@@ -110,7 +117,8 @@ def plot_pruning(pruning: dict, path: pathlib.Path) -> None:
 def plot_variants(variants: dict, path: pathlib.Path) -> None:
   fig, ax = plt.subplots(figsize=(5, 3.5))
   for variant in VARIANTS:
-    points = [(beta_d, ndcg(variants[variant, beta_d])) for _, beta_d, _ in BETA_D
+    points = [(beta_d, ndcg(variants[variant, beta_d]))
+              for _, beta_d, _ in BETA_D
               if variants[variant, beta_d] is not None]
     if points:
       ax.plot(*zip(*points), marker="o", label=variant)

@@ -19,8 +19,9 @@ def _models(paths):
 
 
 def rerank(models) -> str:
-  rows = ["| model | direction | Recall@1 | Recall@10 | MRR@10 | nDCG@10 |",
-          "|---|---|---|---|---|---|"]
+  rows = [
+      "| model | direction | Recall@1 | Recall@10 | MRR@10 | nDCG@10 |", "|---|---|---|---|---|---|"
+  ]
   for label, result in models.items():
     for direction, m in result["rerank"].items():
       rows.append(f"| {label} | {direction} | {m['recall@1']:.4f} | {m['recall@10']:.4f} | "
@@ -34,8 +35,8 @@ def term_matching(models, subset: str) -> str:
     tm = result["term_matching"][subset]
     for name, part in (("all (non-special)", tm["all"]), ("special", tm["special"]),
                        ("lowest-IDF bin", tm["bins"][0]), ("highest-IDF bin", tm["bins"][-1])):
-      rows.append(f"| {label} | {name} | " + " | ".join(
-          "—" if part[k] is None else f"{part[k]:.3f}" for k in KINDS) + " |")
+      rows.append(f"| {label} | {name} | " +
+                  " | ".join("—" if part[k] is None else f"{part[k]:.3f}" for k in KINDS) + " |")
   return "\n".join(rows)
 
 

@@ -25,15 +25,18 @@ import jax
 import numpy as np
 
 from xtr import cli
-from xtr import encoding
-from xtr import evaluation
-from xtr import retrieval
+from xtr import io
+from xtr.evaluation import beir_eval
+from xtr.models import encoding
+from xtr.retrieval import ranker
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "beir")
-SETS = {"scifact_dev": ("runs/scifact_dev", "dev"),
-        "scifact_test": ("data/scifact", "test"),
-        "nfcorpus_dev": (os.path.join(SHARED, "nfcorpus"), "dev"),
-        "nfcorpus_test": (os.path.join(SHARED, "nfcorpus"), "test")}
+SETS = {
+    "scifact_dev": ("runs/scifact_dev", "dev"),
+    "scifact_test": ("data/scifact", "test"),
+    "nfcorpus_dev": (os.path.join(SHARED, "nfcorpus"), "dev"),
+    "nfcorpus_test": (os.path.join(SHARED, "nfcorpus"), "test")
+}
 
 
 def _encoder(params) -> encoding.Encoder:
@@ -41,14 +44,15 @@ def _encoder(params) -> encoding.Encoder:
   embed_dim = params["projection"]["kernel"].shape[1] if "projection" in params else None
   gin.clear_config()
   gin.add_config_file_search_path(str(cli.REPO_DIR))
-  gin.parse_config_files_and_bindings(["gin/models/minilm_l6.gin"], [
-      f"xtr.models.XTREncoder.embed_dim = {embed_dim}", *cli.ENCODER_BINDINGS])
+  gin.parse_config_files_and_bindings(
+      ["gin/models/minilm_l6.gin"],
+      [f"xtr.models.xtr_encoder.XTREncoder.embed_dim = {embed_dim}", *cli.ENCODER_BINDINGS])
   return encoding.Encoder(params)
 
 
-def _metrics(data: evaluation.BeirData, results: retrieval.Results) -> dict[str, float]:
+def _metrics(data: beir_eval.BeirData, results: ranker.Results) -> dict[str, float]:
   run = {query_id: dict(ranking) for query_id, ranking in zip(data.query_ids, results.rankings)}
-  scores = evaluation.evaluate(data.qrels, run)
+  scores = beir_eval.evaluate(data.qrels, run)
   return {name: scores[name] for name in ("ndcg@10", "recall@100", "mrr@10")}
 
 
@@ -60,7 +64,7 @@ def _padded(queries: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
   return q, q_mask
 
 
-def _encode(encoder: encoding.Encoder, data: evaluation.BeirData):
+def _encode(encoder: encoding.Encoder, data: beir_eval.BeirData):
   """(docs [len_i, D] each, queries [len_i, D] each) of `data`."""
   docs, _ = encoder.encode_documents(data.docs, progress="encode corpus")
   q, q_mask, _ = encoder.encode_queries(data.queries)
@@ -73,7 +77,7 @@ def _normalized(x: np.ndarray) -> np.ndarray:
 
 def _write(path: str, metrics: dict[str, float]) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  evaluation.write_json(metrics, path)
+  io.write_results(path, metrics)
   print(f"{path}: {metrics}", flush=True)
 
 
@@ -83,15 +87,17 @@ def evaluate(checkpoint: str, set_names: list[str]) -> None:
     path = os.path.join(checkpoint, f"{name}.json")
     if os.path.exists(path):
       continue
-    data = evaluation.load_beir(*SETS[name])
+    data = beir_eval.load_beir(*SETS[name])
     docs, queries = _encode(encoder, data)
-    _write(path, _metrics(data, retrieval.exact_search(data.doc_ids, docs, *_padded(queries),
-                                                       top_k=100)))
+    _write(path,
+           _metrics(data, ranker.exact_search(data.doc_ids, docs, *_padded(queries), top_k=100)))
 
 
 def projections(out_dir: str, set_names: list[str], checkpoints: list[str]) -> None:
-  kernels = {c: np.asarray(jax.device_get(encoding.load_params(c)["projection"]["kernel"]))
-             for c in checkpoints}
+  kernels = {
+      c: np.asarray(jax.device_get(encoding.load_params(c)["projection"]["kernel"]))
+      for c in checkpoints
+  }
   raw = None
   for name in set_names:
     targets = {os.path.join(c, f"{name}.json"): k for c, k in kernels.items()}
@@ -102,12 +108,12 @@ def projections(out_dir: str, set_names: list[str], checkpoints: list[str]) -> N
     if raw is None:
       params = encoding.load_params(checkpoints[0])
       raw = _encoder({"backbone": params["backbone"]})
-    data = evaluation.load_beir(*SETS[name])
+    data = beir_eval.load_beir(*SETS[name])
     docs, queries = _encode(raw, data)
     for path, kernel in targets.items():
       project = (lambda x: x) if kernel is None else (lambda x, k=kernel: _normalized(x @ k))
-      results = retrieval.exact_search(data.doc_ids, [project(d) for d in docs],
-                                       *_padded([project(v) for v in queries]), top_k=100)
+      results = ranker.exact_search(data.doc_ids, [project(d) for d in docs],
+                                    *_padded([project(v) for v in queries]), top_k=100)
       _write(path, _metrics(data, results))
 
 
@@ -134,10 +140,12 @@ def tables(out_dir: str) -> None:
                         ("random", "random")):
       zero[f"{dim}, {label}"] = f"{init}_{dim}"
   print("0 steps: the projection alone (exact MaxSim, nDCG@10)\n")
-  print(_table("projection", {k: os.path.join(out_dir, "zero", v) for k, v in zero.items()},
-               ["scifact_test", "nfcorpus_test", "scifact_dev", "nfcorpus_dev"]))
-  trained = sorted(d for d in os.listdir(out_dir)
-                   if d != "zero" and os.path.isdir(os.path.join(out_dir, d)))
+  print(
+      _table("projection", {
+          k: os.path.join(out_dir, "zero", v) for k, v in zero.items()
+      }, ["scifact_test", "nfcorpus_test", "scifact_dev", "nfcorpus_dev"]))
+  trained = sorted(
+      d for d in os.listdir(out_dir) if d != "zero" and os.path.isdir(os.path.join(out_dir, d)))
   rows = {}
   for name in trained:
     rows[name] = os.path.join(out_dir, name)

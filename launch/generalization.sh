@@ -28,7 +28,7 @@ train() {  # train NAME DATA_DIR BINDING...: the demo's recipe with extra gin bi
   shift 2
   local gin=(--gin_file=gin/runs/mixture_scifact_nfcorpus.gin --gin_bindings="DATA_DIR = '$data'"
              --gin_bindings="NFCORPUS_DIR = '$nfcorpus'" --gin_bindings="MODEL_DIR = '$out/$name'"
-             --gin_bindings="trainer.train.save_initial_params = True")
+             --gin_bindings="initialization.Initialization.save_initial_params = True")
   for binding in "$@"; do gin+=(--gin_bindings="$binding"); done
   $bin/xtr-train "${gin[@]}"
 }
@@ -40,23 +40,24 @@ for dim in 128 256; do
   for init in pca random pca_mixed; do
     sample=$([[ $init == pca_mixed ]] && echo "'scifact_nfcorpus'" || echo None)
     train "zero/${init}_$dim" data/scifact "trainer.train.num_steps = 0" \
-      "models.XTREncoder.embed_dim = $dim" "trainer.train.projection_init = '${init%_mixed}'" \
-      "trainer.train.projection_sample_task = $sample"
+      "xtr_encoder.XTREncoder.embed_dim = $dim" \
+      "initialization.Initialization.projection_init = '${init%_mixed}'" \
+      "initialization.Initialization.projection_sample_task = $sample"
     zero+=("$out/zero/${init}_$dim")
   done
 done
 $study projections "$out/zero" scifact_test nfcorpus_test scifact_dev nfcorpus_dev -- "${zero[@]}"
 
 # 2: one change each to the demo's recipe; name | training data | gin bindings (';'-separated).
-d384="models.XTREncoder.embed_dim = None;trainer.train.projection_init = 'random'"
+d384="xtr_encoder.XTREncoder.embed_dim = None;initialization.Initialization.projection_init = 'random'"
 models=(
   "scifact_d128|$dev|"
   "scifact_d384|$dev|$d384"
-  "scifact_d384_distill|$dev|$d384;trainer.train.distillation = 1.0"
+  "scifact_d384_distill|$dev|$d384;objective.Objective.distillation = 1.0"
   "nfcorpus_d384|$nfcorpus|$d384"
   "scifact_d384_frozen|$dev|$d384;optimizers.make_optimizer.frozen = ['backbone/embeddings', 'backbone/layers_[0-2]/']"
-  "scifact_d256_pca_mixed|$dev|models.XTREncoder.embed_dim = 256;trainer.train.projection_sample_task = 'scifact_nfcorpus'"
-  "mixture_d384|$dev|$d384;trainer.train.task_name = 'scifact_nfcorpus'"
+  "scifact_d256_pca_mixed|$dev|xtr_encoder.XTREncoder.embed_dim = 256;initialization.Initialization.projection_sample_task = 'scifact_nfcorpus'"
+  "mixture_d384|$dev|$d384;pipeline.DatasetConfig.task_name = 'scifact_nfcorpus'"
   "scifact_d384_lr1e-5|$dev|$d384;optimizers.warmup_constant.learning_rate = 1e-5"
   "nfcorpus_d128|$nfcorpus|"
 )
@@ -78,6 +79,6 @@ done
 # Bytes per token of a 256-d index (xtr-export prints them; the 128-d and 384-d indexes are the
 # demo's, before and after its recipe changed).
 [[ -f $out/scifact_d256_pca_mixed/index/manifest.json ]] || $bin/xtr-export \
-  --gin_file=gin/runs/xtr_minilm_scifact.gin --gin_bindings="models.XTREncoder.embed_dim = 256" \
+  --gin_file=gin/runs/xtr_minilm_scifact.gin --gin_bindings="xtr_encoder.XTREncoder.embed_dim = 256" \
   --checkpoint="$out/scifact_d256_pca_mixed" --corpus=data/scifact/corpus.jsonl.gz \
   --out="$out/scifact_d256_pca_mixed/index"

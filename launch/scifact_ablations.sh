@@ -22,9 +22,9 @@ bin=.venv/bin
 
 # name | run config | extra gin binding
 models=(
-  "xtr_k32|xtr_minilm_scifact|trainer.train.k_train = 32"
-  "xtr_k128|xtr_minilm_scifact|trainer.train.k_train = 128"
-  "xtr_k1024|xtr_minilm_scifact|trainer.train.k_train = 1024"
+  "xtr_k32|xtr_minilm_scifact|objective.Objective.k_train = 32"
+  "xtr_k128|xtr_minilm_scifact|objective.Objective.k_train = 128"
+  "xtr_k1024|xtr_minilm_scifact|objective.Objective.k_train = 1024"
   "colbert|colbert_minilm_scifact|"
 )
 
@@ -45,7 +45,7 @@ for spec in "${models[@]}"; do
     --checkpoint=$out/$model --corpus=$data/corpus.jsonl.gz --out=$out/$model/index
   evaluate "$model" xtr --scoring=xtr --k_prime=1000
   evaluate "$model" colbert --scoring=colbert --k_prime=1000
-  evaluate "$model" exact --scoring=exact
+  evaluate "$model" exhaustive --scoring=exhaustive
 done
 
 for model in xtr_k32 xtr_k1024; do
@@ -82,16 +82,16 @@ def row(label, path):
 head = "| {} | nDCG@10 | Recall@100 | MRR@10 | ms/query |\n|---|---|---|---|---|"
 print("Training objective x scoring\n\n" + head.format("objective / scoring"))
 for model in ("xtr_k32", "xtr_k128", "xtr_k1024", "colbert"):
-  for scoring in ("xtr", "colbert", "exact"):
+  for scoring in ("xtr", "colbert", "exhaustive"):
     print(row(f"{model} / {scoring}", out / model / f"{scoring}.json"))
 print("\nImputation (k' = 1000)\n\n" + head.format("model, impute"))
 for model in ("xtr_k32", "xtr_k1024"):
   for impute in ("none", "zero", "0.2", "0.4"):
     print(row(f"{model}, {impute}", out / model / f"impute_{impute}.json"))
   print(row(f"{model}, top_k_prime", out / model / "xtr.json"))
-print("\nk' (f_XTR', top-k' imputation; all tokens = exact MaxSim)\n\n" + head.format("model, k'"))
+print("\nk' (f_XTR', top-k' imputation; all tokens = exhaustive MaxSim)\n\n" + head.format("model, k'"))
 for model in ("xtr_k32", "xtr_k1024", "colbert"):
   for k_prime, name in (("100", "k_prime_100"), ("1000", "xtr"), ("10000", "k_prime_10000")):
     print(row(f"{model}, {k_prime}", out / model / f"{name}.json"))
-  print(row(f"{model}, all", out / model / "exact.json"))
+  print(row(f"{model}, all", out / model / "exhaustive.json"))
 PYTHON

@@ -12,7 +12,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import pytest  # noqa: E402
 
 from tests import retrieval_setup  # noqa: E402
-from tests.retrieval_setup import SLICE_DOCS, SLICE_QUERIES  # noqa: E402
+from tests.retrieval_setup import SLICE_DOCS  # noqa: E402
+from tests.retrieval_setup import SLICE_QUERIES  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -60,8 +61,9 @@ def scifact_slice(scifact_dir, tmp_path_factory) -> pathlib.Path:
   keep += [d for d in corpus if json.loads(d)["_id"] not in judged][:SLICE_DOCS - len(keep)]
   (out / "corpus.jsonl").write_text("\n".join(keep) + "\n")
   queries = (scifact_dir / "queries.jsonl").read_text().splitlines()
-  (out / "queries.jsonl").write_text(
-      "\n".join(q for q in queries if json.loads(q)["_id"] in query_ids) + "\n")
+  (out /
+   "queries.jsonl").write_text("\n".join(q for q in queries if json.loads(q)["_id"] in query_ids) +
+                               "\n")
   (out / "qrels" / "test.tsv").write_text("\n".join([lines[0], *rows]) + "\n")
   return out
 
@@ -72,11 +74,14 @@ def exported(scifact_slice, tmp_path_factory, t5_spm_path):
   root = tmp_path_factory.mktemp("exported")
   retrieval_setup.random_checkpoint(root / "model", 0, t5_spm_path)
   retrieval_setup.random_checkpoint(root / "other_model", 1, t5_spm_path)
-  command = [sys.executable, "-m", "xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
-             f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
-             "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64",
-             f"--checkpoint={root / 'model'}", f"--corpus={scifact_slice / 'corpus.jsonl'}",
-             f"--out={root / 'index'}", "--docs_per_chunk=40"]
-  subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO,
-                 env={**os.environ, "XLA_FLAGS": ""})
+  command = [
+      sys.executable, "-m", "xtr.cli.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+      f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+      "--gin_bindings=xtr.models.encoding.Encoder.doc_max_length = 64",
+      f"--checkpoint={root / 'model'}", f"--corpus={scifact_slice / 'corpus.jsonl'}",
+      f"--out={root / 'index'}", "--docs_per_chunk=40"
+  ]
+  subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  })
   return root / "model", root / "index"

@@ -12,8 +12,8 @@ import gin
 import jax
 import numpy as np
 
-from xtr import checkpoints
-from xtr import encoding
+from xtr.models import encoding
+from xtr.training import checkpoints
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SLICE_QUERIES = 12  # the SciFact slice: its first test queries ...
@@ -50,15 +50,16 @@ def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings
   through `edit` first). The model file and `bindings` stay parsed (locked): callers may build
   an `encoding.Encoder` from them, then clear gin."""
   gin.clear_config()
-  gin.parse_config_files_and_bindings([str(REPO / "gin/models/t5_1_1_tiny.gin")],
-                                      [f"T5_SPM_PATH = '{t5_spm_path}'",
-                                       "_gin_model.model = %MODEL", *bindings])
+  gin.parse_config_files_and_bindings(
+      [str(REPO / "gin/models/t5_1_1_tiny.gin")],
+      [f"T5_SPM_PATH = '{t5_spm_path}'", "_gin_model.model = %MODEL", *bindings])
   model = _gin_model()
   params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])
   params = edit(params)
   checkpointer = checkpoints.Checkpointer(str(model_dir))
-  checkpointer.manager.save(1, args=checkpoints.ocp.args.Composite(
-      state=checkpoints.ocp.args.StandardSave({"params": jax.tree.map(np.asarray, params)})))
+  checkpointer.manager.save(
+      1, args=checkpoints.ocp.args.Composite(
+          state=checkpoints.ocp.args.StandardSave({"params": jax.tree.map(np.asarray, params)})))
   checkpointer.close()
 
 
@@ -69,4 +70,6 @@ def run_tool(module: str, *args: str, stdin: str = "") -> subprocess.CompletedPr
           f"{module}.console_entry_point()")
   env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
   return subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True,
-                        text=True, cwd=REPO, env={**env, "XLA_FLAGS": ""})
+                        text=True, cwd=REPO, env={
+                            **env, "XLA_FLAGS": ""
+                        })

@@ -1,10 +1,10 @@
-"""xtr/adaptation.py: folds and the few-shot protocol against hand-made cases and a loop."""
+"""xtr/scoring/adaptation.py: folds and the few-shot protocol against hand-made cases and a loop."""
 import itertools
 
 import numpy as np
 import pytest
 
-from xtr import adaptation
+from xtr.scoring import adaptation
 
 
 def test_folds_partition_the_shuffled_queries_and_drop_a_last_small_fold():
@@ -19,9 +19,26 @@ def test_folds_partition_the_shuffled_queries_and_drop_a_last_small_fold():
 
 def test_each_fold_picks_its_best_strategy_and_is_scored_on_the_others():
   """Strategy "b" wins on queries 0-1, "c" on queries 2-3; "a" (the default) is best overall."""
-  per_query = {"a": {"0": 0.5, "1": 0.5, "2": 0.5, "3": 0.5},
-               "b": {"0": 0.9, "1": 0.8, "2": 0.0, "3": 0.1},
-               "c": {"0": 0.1, "1": 0.0, "2": 0.7, "3": 0.9}}
+  per_query = {
+      "a": {
+          "0": 0.5,
+          "1": 0.5,
+          "2": 0.5,
+          "3": 0.5
+      },
+      "b": {
+          "0": 0.9,
+          "1": 0.8,
+          "2": 0.0,
+          "3": 0.1
+      },
+      "c": {
+          "0": 0.1,
+          "1": 0.0,
+          "2": 0.7,
+          "3": 0.9
+      }
+  }
   report = adaptation.adapt(per_query, [["0", "1"], ["2", "3"]], default="a")
   assert [f["chosen"] for f in report["folds"]] == ["b", "c"]
   np.testing.assert_allclose([f["ndcg@10"] for f in report["folds"]], [0.05, 0.05])

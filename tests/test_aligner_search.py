@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 
 from tests import retrieval_setup
-from xtr import alignment
 from xtr import cli
-from xtr import encoding
-from xtr import evaluation
-from xtr import indexing
-from xtr import retrieval
+from xtr.evaluation import beir_eval
+from xtr.index import build
 from xtr.index import files
 from xtr.index import reader
+from xtr.models import encoding
+from xtr.retrieval import ranker
+from xtr.scoring import alignment
 
-SALIENCE = ("models.XTREncoder.salience = @salience.Salience()",
+SALIENCE = ("xtr_encoder.XTREncoder.salience = @salience.Salience()",
             "salience.Salience.alpha_d = 0.4", "salience.Salience.epsilon = 0.05")
 
 
@@ -38,17 +38,17 @@ def aligner_indexes(scifact_slice, tmp_path_factory, t5_spm_path):
   encoder = encoding.Encoder(encoding.load_params(str(root / "model")))
   gin.clear_config()
   data = _corpus(scifact_slice)
-  record = indexing.corpus_record(data.corpus_path, range(len(data.docs)), len(data.docs))
+  record = build.corpus_record(data.corpus_path, range(len(data.docs)), len(data.docs))
   indexes = []
   for name, prune_doc in (("full", None), ("pruned", 0.2)):
-    indexing.export(encoder, list(data.doc_ids), list(data.docs), str(root / name), "float32",
-                    40, record, prune_doc)
+    build.export(encoder, list(data.doc_ids), list(data.docs), str(root / name), "float32", 40,
+                 record, prune_doc)
     indexes.append(reader.open_index(str(root / name), "full"))
   return encoder, *indexes
 
 
 def _corpus(scifact_slice):
-  return evaluation.load_beir(str(scifact_slice), "test")
+  return beir_eval.load_beir(str(scifact_slice), "test")
 
 
 def test_the_index_stores_the_encoders_saliences(aligner_indexes, scifact_slice):
@@ -89,8 +89,8 @@ def test_pruned_index_holds_each_documents_most_salient_tokens(aligner_indexes):
 def test_aligner_refinement_of_every_document_ranks_as_exact_sparse_alignment(
     aligner_indexes, scifact_slice):
   """With k' = every indexed token, every document is a candidate: the ranking is the exact
-  sim(Q, D) of eq. 1–2 over the corpus (xtr.alignment, tested against loops), for top-1 and a
-  top-p alignment."""
+  sim(Q, D) of eq. 1–2 over the corpus (xtr.scoring.alignment, tested against loops), for top-1 and
+  a top-p alignment."""
   encoder, full, _ = aligner_indexes
   data = _corpus(scifact_slice)
   q, q_mask, u_q = encoder.encode_queries(data.queries[:4])
@@ -104,30 +104,30 @@ def test_aligner_refinement_of_every_document_ranks_as_exact_sparse_alignment(
     d[i, :len(v)], d_mask[i, :len(v)], u_d[i, :len(u)] = v, True, u
   for strategy in ("top_k:1", "top_p:0.05"):
     chosen = alignment.Alignment.parse(strategy)
-    config = retrieval.SearchConfig(top_k=10, k_prime=full.num_tokens, scoring="aligner",
-                                    searcher="bruteforce", alignment=chosen)
-    results = retrieval.search(encoder, full, data.queries[:4], config)
-    exact = np.asarray(alignment.sparse_alignment_scores(
-        jnp.asarray(q), jnp.asarray(q_mask), jnp.asarray(d), jnp.asarray(d_mask),
-        pairwise=chosen.pairwise, k=chosen.k, p=chosen.p, u_q=jnp.asarray(u_q),
-        u_d=jnp.asarray(u_d), epsilon=chosen.epsilon))
+    config = ranker.SearchConfig(top_k=10, k_prime=full.num_tokens, scoring="aligner",
+                                 searcher="bruteforce", alignment=chosen)
+    results = ranker.search(encoder, full, data.queries[:4], config)
+    exact = np.asarray(
+        alignment.sparse_alignment_scores(jnp.asarray(q), jnp.asarray(q_mask), jnp.asarray(d),
+                                          jnp.asarray(d_mask), pairwise=chosen.pairwise, k=chosen.k,
+                                          p=chosen.p, u_q=jnp.asarray(u_q), u_d=jnp.asarray(u_d),
+                                          epsilon=chosen.epsilon))
     for row, ranking in zip(exact, results.rankings):
       top = np.argsort(-row, kind="stable")[:10]
       np.testing.assert_allclose([s for _, s in ranking], row[top], rtol=1e-5, atol=1e-6)
       assert {doc for doc, _ in ranking[:5]} == {full.doc_ids[i] for i in top[:5]}
 
 
-def test_query_pruning_retrieves_with_the_most_salient_query_tokens(aligner_indexes,
-                                                                     scifact_slice, monkeypatch):
+def test_query_pruning_retrieves_with_the_most_salient_query_tokens(aligner_indexes, scifact_slice,
+                                                                    monkeypatch):
   encoder, _, pruned = aligner_indexes
   queries = _corpus(scifact_slice).queries[:3]
   _, q_mask, u_q = encoder.encode_queries(queries)
   searched = []
   search = pruned.search
-  monkeypatch.setattr(pruned, "search",
-                      lambda v, *args: searched.append(v) or search(v, *args))
-  config = retrieval.SearchConfig(top_k=5, k_prime=20, scoring="aligner", prune_query=0.5)
-  retrieval.search(encoder, pruned, queries, config)
+  monkeypatch.setattr(pruned, "search", lambda v, *args: searched.append(v) or search(v, *args))
+  config = ranker.SearchConfig(top_k=5, k_prime=20, scoring="aligner", prune_query=0.5)
+  ranker.search(encoder, pruned, queries, config)
   q, _, _ = encoder.encode_queries(queries)
   for vectors, mask, u, rows in zip(q, q_mask, u_q, searched[1:]):  # [0]: the warm-up query
     keep = math.ceil(round(0.5 * mask.sum(), 9))
@@ -137,9 +137,10 @@ def test_query_pruning_retrieves_with_the_most_salient_query_tokens(aligner_inde
 
 def test_salience_pruning_needs_salience_heads(exported):
   token_index = reader.open_index(str(exported[1]))
-  with pytest.raises(ValueError, match=r"--prune_query=0.5 prunes query tokens by salience, but "
-                                       r"the model of the index at .* has no salience heads"):
-    retrieval.check_index(retrieval.SearchConfig(prune_query=0.5), token_index)
+  with pytest.raises(
+      ValueError, match=r"--prune_query=0.5 prunes query tokens by salience, but "
+      r"the model of the index at .* has no salience heads"):
+    ranker.check_index(ranker.SearchConfig(prune_query=0.5), token_index)
   with pytest.raises(ValueError, match="holds no token saliences"):
     token_index.doc_saliences([0])
 
@@ -149,21 +150,24 @@ def test_rescoring_retrieved_candidates_equals_a_search_per_alignment(aligner_in
   encoder, _, pruned = aligner_indexes
   queries = _corpus(scifact_slice).queries[:3]
   strategies = [alignment.Alignment.parse(s) for s in ("top_k:1", "top_k:4", "top_p:0.02")]
-  config = retrieval.SearchConfig(top_k=10, k_prime=30, scoring="aligner", prune_query=0.5)
-  rescored = retrieval.search_alignments(encoder, pruned, queries, config, strategies)
+  config = ranker.SearchConfig(top_k=10, k_prime=30, scoring="aligner", prune_query=0.5)
+  rescored = ranker.search_alignments(encoder, pruned, queries, config, strategies)
   for strategy, rankings in zip(strategies, rescored):
-    searched = retrieval.search(encoder, pruned, queries,
-                                dataclasses.replace(config, alignment=strategy))
+    searched = ranker.search(encoder, pruned, queries,
+                             dataclasses.replace(config, alignment=strategy))
     assert rankings == searched.rankings
 
 
 def _adapt(aligner_indexes, scifact_slice, out, *flags):
   index = aligner_indexes[1].path
-  command = [sys.executable, "-m", "xtr.adapt_alignment", f"--data_dir={scifact_slice}",
-             f"--index={index}", f"--checkpoint={os.path.dirname(index)}/model",
-             f"--out={out}", "--k_prime=40", *flags]
-  return subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO,
-                        env={**os.environ, "XLA_FLAGS": ""})
+  command = [
+      sys.executable, "-m", "xtr.cli.adapt_alignment", f"--data_dir={scifact_slice}",
+      f"--index={index}", f"--checkpoint={os.path.dirname(index)}/model", f"--out={out}",
+      "--k_prime=40", *flags
+  ]
+  return subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  })
 
 
 def test_adapt_alignment_runs_the_few_shot_protocol(aligner_indexes, scifact_slice, tmp_path):
@@ -179,12 +183,12 @@ def test_adapt_alignment_runs_the_few_shot_protocol(aligner_indexes, scifact_sli
   assert report["oracle"]["ndcg@10"] == max(report["strategies"].values())
   encoder, full, _ = aligner_indexes
   data = _corpus(scifact_slice)
-  config = retrieval.SearchConfig(k_prime=40, scoring="aligner",
-                                  alignment=alignment.Alignment.parse("top_p:0.02"))
-  results = retrieval.search(encoder, full, data.queries, config)
+  config = ranker.SearchConfig(k_prime=40, scoring="aligner",
+                               alignment=alignment.Alignment.parse("top_p:0.02"))
+  results = ranker.search(encoder, full, data.queries, config)
   run = {q: dict(r) for q, r in zip(data.query_ids, results.rankings)}
   assert report["strategies"]["top_p:0.02"] == pytest.approx(
-      evaluation.evaluate(data.qrels, run)["ndcg@10"])
+      beir_eval.evaluate(data.qrels, run)["ndcg@10"])
   assert "adapted nDCG@10" in done.stdout
 
 
@@ -192,7 +196,7 @@ def test_adapt_alignment_runs_the_few_shot_protocol(aligner_indexes, scifact_sli
     ("--strategies=top_k:1,top_q:3", r"--strategies: alignment 'top_q:3' does not parse"),
     ("--alignment=top_p:1.5", r"--alignment=top_p:1.5: .*0 < p <= 1"),
     ("--alignment=top_k:0", r"--alignment=top_k:0: alignment 'top_k:0': top_k alignment needs "
-                            r"k >= 1, got 0\n"),
+     r"k >= 1, got 0\n"),
     ("--prune_query=0", r"--prune_query=0.0: not a number in \(0, 1\]"),
 ])
 def test_bad_alignment_flags_are_refused_naming_the_flag(aligner_indexes, scifact_slice, tmp_path,
@@ -206,26 +210,31 @@ def test_bad_alignment_flags_are_refused_naming_the_flag(aligner_indexes, scifac
 @pytest.mark.parametrize("prune_doc,message", [
     ("1.5", r"--prune_doc=1.5: not a number in \(0, 1\]"),
     ("0.2", r"--prune_doc=0.2 prunes by salience, but the model of --checkpoint=.* has no "
-            r"salience heads"),
+     r"salience heads"),
 ])
 def test_export_refuses_pruning_it_cannot_do(exported, scifact_slice, t5_spm_path, tmp_path,
                                              prune_doc, message):
-  command = [sys.executable, "-m", "xtr.export",
-             f"--gin_file={retrieval_setup.REPO}/gin/models/t5_1_1_tiny.gin",
-             f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'", f"--checkpoint={exported[0]}",
-             f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
-             f"--prune_doc={prune_doc}"]
-  done = subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO,
-                        env={**os.environ, "XLA_FLAGS": ""})
+  command = [
+      sys.executable, "-m", "xtr.cli.export",
+      f"--gin_file={retrieval_setup.REPO}/gin/models/t5_1_1_tiny.gin",
+      f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'", f"--checkpoint={exported[0]}",
+      f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
+      f"--prune_doc={prune_doc}"
+  ]
+  done = subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  })
   assert done.returncode != 0 and re.search(message, done.stderr), done.stderr[-2000:]
   assert not (tmp_path / "index" / "chunks").exists()  # refused before any work
 
 
 def _reprune(source, out, *flags):
-  command = [sys.executable, "-m", "xtr.export", f"--from_index={source}", f"--out={out}",
-             *flags]
-  return subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO,
-                        env={**os.environ, "XLA_FLAGS": ""})
+  command = [
+      sys.executable, "-m", "xtr.cli.export", f"--from_index={source}", f"--out={out}", *flags
+  ]
+  return subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  })
 
 
 def test_repruning_an_index_equals_exporting_it_pruned(aligner_indexes, tmp_path):
@@ -256,13 +265,14 @@ def test_from_index_builds_another_scann_of_the_same_vectors_from_gin(aligner_in
   assert code_bytes(rebuilt) - 128 == (code_bytes(full) - 128) // 2  # one byte per block
   queries = np.stack([v[len(v) // 2] for v in full.doc_vectors(range(40))])
   exact = full.search_tokens(queries, 10, "bruteforce")
-  recall = lambda index: np.mean([len({*zip(*a)} & {*zip(*b)}) / 10 for a, b in zip(
-      zip(*index.search_tokens(queries, 10)[1:]), zip(*exact[1:]))])
+  recall = lambda index: np.mean([
+      len({*zip(*a)} & {*zip(*b)}) / 10
+      for a, b in zip(zip(*index.search_tokens(queries, 10)[1:]), zip(*exact[1:]))
+  ])
   assert recall(full) > 0.85 and recall(rebuilt) > 0.65  # measured: 0.915 and 0.7725
 
 
-def test_from_index_makes_an_xtr_only_copy_without_touching_the_source(aligner_indexes,
-                                                                        tmp_path):
+def test_from_index_makes_an_xtr_only_copy_without_touching_the_source(aligner_indexes, tmp_path):
   """--from_index --store_vectors=none: ScaNN (4 dimensions per block) over the linked vectors,
   then no vector or doc index chunk in the copy; the source keeps its files (verifies in full)
   and the copy retrieves the tokens that a copy keeping the vectors retrieves."""
@@ -301,7 +311,7 @@ def test_repruning_detects_a_damaged_source_before_building(aligner_indexes, tmp
 
 @pytest.mark.parametrize("flags,message", [
     (("--prune_doc=0.2",), r"--prune_doc=0.2 prunes by salience, but the model of "
-                           r"--from_index=.* has no salience heads"),
+     r"--from_index=.* has no salience heads"),
     (("--prune_doc=0.2", "--checkpoint=x"), r"--from_index .* takes no --checkpoint"),
 ])
 def test_repruning_refuses_what_it_cannot_do(exported, tmp_path, flags, message):
@@ -310,18 +320,21 @@ def test_repruning_refuses_what_it_cannot_do(exported, tmp_path, flags, message)
   assert not (tmp_path / "re").exists()
 
 
-def test_show_alignment_renders_the_salient_tokens_and_their_alignments(aligner_indexes,
-                                                                        scifact_slice, tmp_path):
+def test_show_alignment_renders_the_salient_tokens_and_their_alignments(
+    aligner_indexes, scifact_slice, tmp_path):
   encoder, full, _ = aligner_indexes
   data = _corpus(scifact_slice)
   query_id = data.query_ids[0]
   doc_id = next(d for d, grade in data.qrels[query_id].items() if grade > 0)
   out = tmp_path / "example.html"
-  command = [sys.executable, "-m", "xtr.show_alignment", f"--data_dir={scifact_slice}",
-             f"--index={full.path}", f"--checkpoint={os.path.dirname(full.path)}/model",
-             f"--query_id={query_id}", f"--out={out}", "--num_aligned=2", "--beta_d=0.25"]
-  done = subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO,
-                        env={**os.environ, "XLA_FLAGS": ""})
+  command = [
+      sys.executable, "-m", "xtr.cli.show_alignment", f"--data_dir={scifact_slice}",
+      f"--index={full.path}", f"--checkpoint={os.path.dirname(full.path)}/model",
+      f"--query_id={query_id}", f"--out={out}", "--num_aligned=2", "--beta_d=0.25"
+  ]
+  done = subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  })
   assert done.returncode == 0, done.stderr[-2000:]
   page = out.read_text()
   q, q_mask, u_q = (a[0] for a in encoder.encode_queries([data.queries[0]]))
@@ -332,9 +345,11 @@ def test_show_alignment_renders_the_salient_tokens_and_their_alignments(aligner_
   s = q[q_mask] @ d.T
   for number, i in enumerate(sorted(range(n), key=lambda i: (-u_q[q_mask][i], i))[:2], start=1):
     j = int(np.argmax(s[i]))
-    assert (f"<td>{number}</td>" in page and f"<td>{j}</td>" in page
-            and f"<td>{s[i, j]:.3f}</td><td>{u_d[j]:.3f}</td>" in page)
+    assert (f"<td>{number}</td>" in page and f"<td>{j}</td>" in page and
+            f"<td>{s[i, j]:.3f}</td><td>{u_d[j]:.3f}</td>" in page)
   assert page.count("<sup") == 4
   done = subprocess.run(command[:-3] + [f"--out={tmp_path / 'x.txt'}"], capture_output=True,
-                        text=True, cwd=retrieval_setup.REPO, env={**os.environ, "XLA_FLAGS": ""})
+                        text=True, cwd=retrieval_setup.REPO, env={
+                            **os.environ, "XLA_FLAGS": ""
+                        })
   assert done.returncode != 0 and "--out=" in done.stderr and ".html or .md" in done.stderr

@@ -1,12 +1,14 @@
-"""ALIGNER's sparse alignment (xtr/alignment.py) against naive loops, scipy and f_ColBERT."""
+"""ALIGNER's sparse alignment (xtr/scoring/alignment.py) against naive loops, scipy and
+f_ColBERT."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.optimize
 
-from xtr import alignment
-from xtr import losses
+from xtr.models import top_k
+from xtr.scoring import alignment
+from xtr.scoring import functions
 
 B, N, C, M, DIM = 2, 4, 3, 6, 8
 
@@ -15,8 +17,8 @@ def _batch(seed: int = 0):
   """Random unit token vectors with padding on both sides (query 1 has 2 valid tokens, document
   2 has 3), and positive saliences with a few zeros."""
   rng = np.random.default_rng(seed)
-  unit = lambda *shape: (lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True))(
-      rng.normal(size=shape)).astype(np.float32)
+  unit = lambda *shape: (lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True))(rng.normal(
+      size=shape)).astype(np.float32)
   q, d = unit(B, N, DIM), unit(C, M, DIM)
   q_mask = np.arange(N)[None] < np.array([[N], [2]])
   d_mask = np.arange(M)[None] < np.array([[M], [M], [3]])
@@ -28,6 +30,7 @@ def _batch(seed: int = 0):
 def _dual_optimum(s: np.ndarray, k: float, epsilon: float) -> float:
   """max s·λ + ε H(λ) s.t. Σλ = k, 0 ≤ λ ≤ 1, as min over a of the Lagrangian dual
   g(a) = a k + Σ_i max_{0≤λ≤1} ((s_i − a) λ − ε λ log λ), by scipy."""
+
   def h(t):  # the inner max: λ = min(1, exp(t/ε − 1))
     inside = t / epsilon - 1 < 0
     return np.where(inside, epsilon * np.exp(np.minimum(t / epsilon - 1, 0)), t)
@@ -45,7 +48,7 @@ def test_entropy_topk_meets_its_constraints_and_the_dual_optimum(epsilon):
   mask = np.arange(30)[None] < np.array([[30], [30], [17], [5], [1]])
   k = np.ceil(0.4 * mask.sum(-1))
   with jax.enable_x64(True):
-    lam = np.asarray(alignment.entropy_topk(jnp.asarray(s), mask, jnp.asarray(k), epsilon))
+    lam = np.asarray(top_k.entropy_topk(jnp.asarray(s), mask, jnp.asarray(k), epsilon))
   np.testing.assert_allclose(lam.sum(-1), k, atol=1e-3)
   assert lam.min() >= 0 and lam.max() <= 1 + 1e-9 and np.all(lam[~mask] == 0)
   for row, row_mask, row_k, row_lam in zip(s, mask, k, lam):
@@ -59,7 +62,7 @@ def test_entropy_topk_tends_to_the_top_k_mask():
   rng = np.random.default_rng(2)
   s = rng.permutation(np.linspace(0, 1, 40)).reshape(2, 20).astype(np.float32)  # gaps ≥ 0.025
   mask = np.ones_like(s, bool)
-  lam = alignment.entropy_topk(s, mask, 5, epsilon=1e-4)
+  lam = top_k.entropy_topk(s, mask, 5, epsilon=1e-4)
   top = np.argsort(-s, axis=-1)[:, :5]
   expected = np.zeros_like(s)
   np.put_along_axis(expected, top, 1.0, axis=-1)
@@ -72,7 +75,7 @@ def test_entropy_topk_gradients_match_finite_differences():
   mask = np.arange(9)[None] < np.array([[9], [6], [4]])
   weights = rng.normal(size=(3, 9))
   with jax.enable_x64(True):
-    f = jax.jit(lambda x: jnp.sum(alignment.entropy_topk(x, mask, 3, epsilon=0.1) * weights))
+    f = jax.jit(lambda x: jnp.sum(top_k.entropy_topk(x, mask, 3, epsilon=0.1) * weights))
     grad = np.asarray(jax.grad(f)(jnp.asarray(s)))
     h = 1e-6
     for index in np.ndindex(s.shape):
@@ -122,7 +125,7 @@ def test_hard_alignments_equal_naive_loops(pairwise, k, p, normalize, salience):
   q, q_mask, d, d_mask, u_q, u_d = _batch()
   if not salience:
     u_q, u_d = np.ones_like(u_q), np.ones_like(u_d)
-  s = np.asarray(losses.token_scores(q, d))
+  s = np.asarray(functions.token_scores(q, d))
   expected_a = _naive_alignment(s, d_mask, pairwise, k, p)
   np.testing.assert_array_equal(
       alignment.pairwise_alignment(s, d_mask, pairwise, k, p) * q_mask[:, :, None, None],
@@ -130,9 +133,12 @@ def test_hard_alignments_equal_naive_loops(pairwise, k, p, normalize, salience):
   args = dict(pairwise=pairwise, k=k, p=p, normalize=normalize, u_q=u_q if salience else None,
               u_d=u_d if salience else None)
   scores = lambda q, d, u_q, u_d: alignment.sparse_alignment_scores(
-      q, q_mask, d, d_mask, **(args | ({"u_q": u_q, "u_d": u_d} if salience else {})))
-  naive = lambda q, d, u_q, u_d: _naive_scores(q, q_mask, d, d_mask, expected_a, u_q, u_d,
-                                               normalize)
+      q, q_mask, d, d_mask, **(args | ({
+          "u_q": u_q,
+          "u_d": u_d
+      } if salience else {})))
+  naive = lambda q, d, u_q, u_d: _naive_scores(q, q_mask, d, d_mask, expected_a, u_q, u_d, normalize
+                                              )
   np.testing.assert_allclose(scores(q, d, u_q, u_d), naive(q, d, u_q, u_d), atol=1e-5)
   weights = np.random.default_rng(4).normal(size=(B, C)).astype(np.float32)
   argnums = (0, 1, 2, 3) if salience else (0, 1)
@@ -144,23 +150,29 @@ def test_hard_alignments_equal_naive_loops(pairwise, k, p, normalize, salience):
 
 def test_differentiable_alignment_equals_rowwise_entropy_topk_by_loops():
   q, q_mask, d, d_mask, u_q, u_d = _batch(5)
-  s = losses.token_scores(q, d)
+  s = functions.token_scores(q, d)
 
   def naive_a(s):
-    return jnp.stack([jnp.stack([jnp.stack([
-        alignment.entropy_topk(s[b, i, c], d_mask[c], 2, 0.05) for c in range(C)])
-        for i in range(N)]) for b in range(B)])
+    return jnp.stack([
+        jnp.stack([
+            jnp.stack([top_k.entropy_topk(s[b, i, c], d_mask[c], 2, 0.05)
+                       for c in range(C)])
+            for i in range(N)
+        ])
+        for b in range(B)
+    ])
 
   np.testing.assert_allclose(
       alignment.pairwise_alignment(s, d_mask, "differentiable", 2, epsilon=0.05), naive_a(s),
       atol=1e-6)
   scores = lambda q, d: alignment.sparse_alignment_scores(
       q, q_mask, d, d_mask, pairwise="differentiable", k=2, epsilon=0.05, u_q=u_q, u_d=u_d)
-  naive = lambda q, d: _naive_scores(q, q_mask, d, d_mask, naive_a(losses.token_scores(q, d)),
+  naive = lambda q, d: _naive_scores(q, q_mask, d, d_mask, naive_a(functions.token_scores(q, d)),
                                      u_q, u_d, "alignment")
   np.testing.assert_allclose(scores(q, d), naive(q, d), atol=1e-5)
-  for got, want in zip(jax.grad(lambda *x: jnp.sum(scores(*x)), argnums=(0, 1))(q, d),
-                       jax.grad(lambda *x: jnp.sum(naive(*x)), argnums=(0, 1))(q, d)):
+  for got, want in zip(
+      jax.grad(lambda *x: jnp.sum(scores(*x)), argnums=(0, 1))(q, d),
+      jax.grad(lambda *x: jnp.sum(naive(*x)), argnums=(0, 1))(q, d)):
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
@@ -169,16 +181,31 @@ def test_top_1_without_salience_is_f_colbert(normalize):
   q, q_mask, d, d_mask, _, _ = _batch(6)
   np.testing.assert_allclose(
       alignment.sparse_alignment_scores(q, q_mask, d, d_mask, normalize=normalize),
-      losses.f_colbert(q, q_mask, d, d_mask), atol=1e-6)
+      functions.f_colbert(q, q_mask, d, d_mask), atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"pairwise": "top_k", "k": 0}, "k >= 1, got 0"),
-    ({"pairwise": "top_p", "p": 0.0}, r"0 < p <= 1, got 0.0"),
-    ({"pairwise": "top_p", "p": 1.5}, r"0 < p <= 1, got 1.5"),
-    ({"pairwise": "top_p"}, r"0 < p <= 1, got None"),
-    ({"pairwise": "top_3"}, "pairwise must be one of"),
-    ({"normalize": "mean"}, "normalize must be one of"),
+    ({
+        "pairwise": "top_k",
+        "k": 0
+    }, "k >= 1, got 0"),
+    ({
+        "pairwise": "top_p",
+        "p": 0.0
+    }, r"0 < p <= 1, got 0.0"),
+    ({
+        "pairwise": "top_p",
+        "p": 1.5
+    }, r"0 < p <= 1, got 1.5"),
+    ({
+        "pairwise": "top_p"
+    }, r"0 < p <= 1, got None"),
+    ({
+        "pairwise": "top_3"
+    }, "pairwise must be one of"),
+    ({
+        "normalize": "mean"
+    }, "normalize must be one of"),
 ])
 def test_bad_settings_are_named(kwargs, message):
   q, q_mask, d, d_mask, _, _ = _batch()
@@ -191,7 +218,7 @@ def test_top_mask_breaks_ties_to_the_lower_index_and_skips_padding():
   s = rng.choice([0.0, 0.5, 1.0], size=(6, 9)).astype(np.float32)  # many ties
   mask = rng.random((6, 9)) < 0.8
   k = rng.integers(0, 6, size=6)
-  got = np.asarray(alignment.top_mask(jnp.asarray(s), jnp.asarray(mask), jnp.asarray(k), 5))
+  got = np.asarray(top_k.top_mask(jnp.asarray(s), jnp.asarray(mask), jnp.asarray(k), 5))
   for row in range(6):
     valid = [j for j in range(9) if mask[row, j]]
     top = sorted(valid, key=lambda j: (-s[row, j], j))[:k[row]]

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 from tests import retrieval_setup
-from xtr import alignment
-from xtr import baselines
-from xtr import bm25
 from xtr import cli
-from xtr import encoding
-from xtr import evaluation
 from xtr.analysis import directions
 from xtr.analysis import low_rank
 from xtr.analysis import measure
 from xtr.analysis import term_matching
+from xtr.data import bm25
+from xtr.evaluation import baselines
+from xtr.evaluation import beir_eval
+from xtr.models import encoding
+from xtr.scoring import alignment
 
 TAU = 0.05
 E = np.eye(4, dtype=np.float32)
@@ -40,9 +40,12 @@ def _hand_scores():
 def test_exact_match_rates_of_the_hand_worked_pair():
   s, q_mask, d_mask = _hand_scores()
   a = directions.term_alignments(s, q_mask, d_mask, TAU)
-  rates = {kind: term_matching.exact_match_rates(m, jnp.asarray(HAND_Q_IDS)[None],
-                                                 jnp.asarray(HAND_D_IDS)[None])
-           for kind, m in a.items()}
+  rates = {
+      kind:
+          term_matching.exact_match_rates(m,
+                                          jnp.asarray(HAND_Q_IDS)[None],
+                                          jnp.asarray(HAND_D_IDS)[None]) for kind, m in a.items()
+  }
   e = math.exp(1 / TAU)
   expected = {
       "q→d hard": [1, 1, 0],
@@ -61,8 +64,8 @@ def test_exact_match_rates_of_the_hand_worked_pair():
   np.testing.assert_array_equal(rates["q→d hard"][1][0], [1, 1, 1])
   # Which documents hold each query token's id (0 is padding on both sides).
   np.testing.assert_array_equal(
-      term_matching.contains(jnp.array([[10, 20, 50, 0]]), jnp.array([[20, 10, 40, 30],
-                                                                    [50, 0, 0, 0]]))[0],
+      term_matching.contains(jnp.array([[10, 20, 50, 0]]),
+                             jnp.array([[20, 10, 40, 30], [50, 0, 0, 0]]))[0],
       [[True, False], [True, False], [False, True], [False, False]])
 
 
@@ -97,8 +100,12 @@ def test_alignments_and_document_to_query_scores_match_loops():
   d_mask = np.arange(m)[None] < np.array([[7], [3], [5]])
   s = np.einsum("bnd,cmd->bncm", q, d)
   a = directions.term_alignments(jnp.asarray(s), q_mask, d_mask, tau)
-  scores = {per_token: np.asarray(directions.document_to_query_scores(
-      jnp.asarray(s), q_mask, d_mask, tau, per_token))[0] for per_token in (False, True)}
+  scores = {
+      per_token:
+          np.asarray(
+              directions.document_to_query_scores(jnp.asarray(s), q_mask, d_mask, tau, per_token))
+          [0] for per_token in (False, True)
+  }
   for doc in range(c):
     valid_n, valid_m = int(q_mask[0].sum()), int(d_mask[doc].sum())
     block = s[0, :valid_n, doc, :valid_m].astype(np.float64)
@@ -107,8 +114,8 @@ def test_alignments_and_document_to_query_scores_match_loops():
       got = np.asarray(a[kind])[0, :, doc, :]
       np.testing.assert_allclose(got[:valid_n, :valid_m], want, atol=1e-6, err_msg=kind)
       assert not got[valid_n:].any() and not got[:, valid_m:].any()
-    total = sum(block[i, j] * naive["d→q soft"][i, j] for i in range(valid_n)
-                for j in range(valid_m))
+    total = sum(
+        block[i, j] * naive["d→q soft"][i, j] for i in range(valid_n) for j in range(valid_m))
     assert scores[False][doc] == pytest.approx(total, rel=1e-5)
     assert scores[True][doc] == pytest.approx(total / valid_m, rel=1e-5)
 
@@ -117,15 +124,18 @@ def test_spectra_of_hand_alignments():
   # q→d top-1 of the hand pair: rows one-hot on 3 distinct columns -> σ = (1, 1, 1).
   # d→q top-1: q0 gets columns 1 and 3, q1 column 0, q2 column 2 -> σ = (√2, 1, 1).
   # Every query token on one document token: rank 1.
-  qd = np.zeros((3, 4)); qd[[0, 1, 2], [1, 0, 2]] = 1
-  dq = np.zeros((3, 4)); dq[[1, 0, 2, 0], [0, 1, 2, 3]] = 1
-  one = np.zeros((3, 4)); one[:, 2] = 1
+  qd = np.zeros((3, 4))
+  qd[[0, 1, 2], [1, 0, 2]] = 1
+  dq = np.zeros((3, 4))
+  dq[[1, 0, 2, 0], [0, 1, 2, 3]] = 1
+  one = np.zeros((3, 4))
+  one[:, 2] = 1
   sigma, nonzero = low_rank.normalized_spectrum(jnp.asarray(np.stack([qd, dq, one, 0 * one])))
-  np.testing.assert_allclose(np.asarray(sigma), [[3 ** -.5] * 3, [.5 ** .5, .5, .5], [1, 0, 0],
-                                                 [0, 0, 0]], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(sigma),
+                             [[3**-.5] * 3, [.5**.5, .5, .5], [1, 0, 0], [0, 0, 0]], atol=1e-6)
   np.testing.assert_array_equal(nonzero, [True, True, True, False])
-  np.testing.assert_allclose(np.asarray(low_rank.rank1_error(sigma))[:3],
-                             [(2 / 3) ** .5, .5 ** .5, 0], atol=1e-6)
+  np.testing.assert_allclose(
+      np.asarray(low_rank.rank1_error(sigma))[:3], [(2 / 3)**.5, .5**.5, 0], atol=1e-6)
   # Against Eckart–Young done by hand: R = σ1 u1 v1ᵀ, ‖A − R‖ / ‖A‖.
   a = np.random.default_rng(1).uniform(size=(5, 9))
   u, s, vt = np.linalg.svd(a)
@@ -137,8 +147,7 @@ def test_spectra_of_hand_alignments():
 def test_idf_and_equal_count_bins_by_hand():
   # 4 documents: df(2) = 3, df(1) = df(3) = df(4) = 1, df(0) = df(5) = 0 (IDF of df 1).
   docs = [np.array([1, 2, 2]), np.array([2, 3]), np.array([2]), np.array([4])]
-  np.testing.assert_allclose(term_matching.idf(docs, 6),
-                             np.log([4, 4, 4 / 3, 4, 4, 4]))
+  np.testing.assert_allclose(term_matching.idf(docs, 6), np.log([4, 4, 4 / 3, 4, 4, 4]))
   # Sorted: 0.1 (index 1), 0.3 (2), 0.5 (0) | 0.7 (4), 0.9 (3): runs of 3 and 2.
   np.testing.assert_array_equal(term_matching.equal_count_bins(np.array([.5, .1, .3, .9, .7]), 2),
                                 [0, 0, 0, 1, 1])
@@ -148,24 +157,32 @@ def test_idf_and_equal_count_bins_by_hand():
     term_matching.equal_count_bins(np.zeros(3), 4)
 
 
-def _tiny_model(rng, salience: bool) -> tuple[measure.Model, evaluation.BeirData, list]:
+def _tiny_model(rng, salience: bool) -> tuple[measure.Model, beir_eval.BeirData, list]:
   """3 queries and 6 documents of random unit token vectors over a 12-id vocabulary (id 1 the
   only special token), each query with 4 candidates."""
   dim = 5
   q_lengths, d_lengths = [4, 2, 5], [3, 6, 2, 5, 4, 6]
   ids = lambda length: np.concatenate([[1], rng.integers(2, 12, length - 1)])
-  texts = lambda lengths, role: measure.Texts(
-      [_unit(rng, k, dim) for k in lengths], [ids(k) for k in lengths],
-      [rng.uniform(0.1, 1, k).astype(np.float32) for k in lengths] if salience else None)
+  texts = lambda lengths, role: measure.Texts([_unit(rng, k, dim) for k in lengths], [
+      ids(k) for k in lengths
+  ], [rng.uniform(0.1, 1, k).astype(np.float32) for k in lengths] if salience else None)
   queries, docs = texts(q_lengths, "query"), texts(d_lengths, "document")
   tokenizer = types.SimpleNamespace(prefix=(1,), suffix=(), size=12)
   model = measure.Model("tiny", tokenizer, queries, docs,
                         alignment.Alignment("top_k", k=2 if salience else 1))
-  data = evaluation.BeirData(
-      doc_ids=tuple(f"d{i}" for i in range(6)), docs=("",) * 6,
-      query_ids=("q0", "q1", "q2"), queries=("",) * 3,
-      qrels={"q0": {"d0": 1}, "q1": {"d3": 2, "d4": 1}, "q2": {"d5": 1}},
-      num_queries_without_qrels=0, corpus_path="")
+  data = beir_eval.BeirData(doc_ids=tuple(f"d{i}" for i in range(6)), docs=("",) * 6,
+                            query_ids=("q0", "q1", "q2"), queries=("",) * 3, qrels={
+                                "q0": {
+                                    "d0": 1
+                                },
+                                "q1": {
+                                    "d3": 2,
+                                    "d4": 1
+                                },
+                                "q2": {
+                                    "d5": 1
+                                }
+                            }, num_queries_without_qrels=0, corpus_path="")
   return model, data, [[0, 1, 2, 3], [3, 4, 0, 5], [5, 2, 1, 4]]
 
 
@@ -176,14 +193,17 @@ def test_analyze_matches_loops(salience):
   settings = measure.Settings(temperature=0.2, num_idf_bins=2)
   # Documents stored in another order than data's, as the CLI stores the candidates' union.
   order = [5, 4, 3, 2, 1, 0]
-  stored = measure.Model(model.label, model.tokenizer, model.queries, measure.Texts(
-      [model.docs.vectors[i] for i in order], [model.docs.ids[i] for i in order],
-      None if not salience else [model.docs.salience[i] for i in order]), model.strategy)
+  stored = measure.Model(
+      model.label, model.tokenizer, model.queries,
+      measure.Texts([model.docs.vectors[i] for i in order], [model.docs.ids[i] for i in order],
+                    None if not salience else [model.docs.salience[i] for i in order]),
+      model.strategy)
   result = measure.analyze(stored, data, order, candidates_of, model.docs.ids, settings)
 
   runs = {name: {} for name in ("q→d", "d→q", "d→q per token")}
-  rates = {(subset, kind): [] for subset in ("candidates", "containing")
-           for kind in directions.KINDS}
+  rates = {
+      (subset, kind): [] for subset in ("candidates", "containing") for kind in directions.KINDS
+  }
   spectra = {"q→d": [], "d→q": []}
   for qi, query_id in enumerate(data.query_ids):
     q, q_ids = model.queries.vectors[qi], model.queries.ids[qi]
@@ -219,7 +239,7 @@ def test_analyze_matches_loops(salience):
     for key in rates:
       rates[key].append(np.where(counts[key] > 0, sums[key] / np.maximum(counts[key], 1), np.nan))
   for name, run in runs.items():
-    want = evaluation.evaluate(data.qrels, run, **measure.RERANK_METRICS)
+    want = beir_eval.evaluate(data.qrels, run, **measure.RERANK_METRICS)
     for metric in ("ndcg@10", "recall@1", "recall@10", "mrr@10"):
       assert result["rerank"][name][metric] == pytest.approx(want[metric], rel=1e-5), name
 
@@ -247,11 +267,11 @@ def test_analyze_matches_loops(salience):
     assert not np.any(got[width:])
     assert result["low_rank"][name]["num_pairs"] == 12
     assert result["low_rank"][name]["rank1_error"] == pytest.approx(
-        np.mean([np.sqrt(np.sum(x[1:] ** 2)) for x in sigmas]), abs=1e-5)
+        np.mean([np.sqrt(np.sum(x[1:]**2)) for x in sigmas]), abs=1e-5)
 
 
 def test_candidates_are_bm25_top_k_then_the_missed_gold(scifact_slice):
-  data = evaluation.load_beir(scifact_slice, "test")
+  data = beir_eval.load_beir(scifact_slice, "test")
   got = measure.candidates(data, 5)
   index = bm25.Bm25(data.doc_ids, data.docs)
   for query_id, query, docs in zip(data.query_ids, data.queries, got):
@@ -265,10 +285,10 @@ def test_the_untuned_encoder_is_the_backbones_raw_tokens(scifact_slice):
   import gin
   gin.clear_config()
   gin.add_config_file_search_path(str(retrieval_setup.REPO))
-  gin.parse_config_files_and_bindings(
-      [str(retrieval_setup.REPO / "gin/runs/demo.gin"),
-       str(retrieval_setup.REPO / "gin/analysis/untuned_minilm.gin")],
-      list(cli.ENCODER_BINDINGS + measure.SETTINGS_BINDINGS))
+  gin.parse_config_files_and_bindings([
+      str(retrieval_setup.REPO / "gin/runs/demo.gin"),
+      str(retrieval_setup.REPO / "gin/analysis/untuned_minilm.gin")
+  ], list(cli.ENCODER_BINDINGS + measure.SETTINGS_BINDINGS))
   try:
     settings = measure.Settings()
     encoder = measure.untuned_encoder(settings)
@@ -276,7 +296,7 @@ def test_the_untuned_encoder_is_the_backbones_raw_tokens(scifact_slice):
     params = settings.pretrained_backbone()
   finally:
     gin.clear_config()
-  docs = evaluation.load_beir(scifact_slice, "test").docs[:4]
+  docs = beir_eval.load_beir(scifact_slice, "test").docs[:4]
   texts = measure.encode(encoder, docs, "document")
   _, want = baselines.encode_untuned(backbone, params, encoder.tokenizer, docs,
                                      encoder.doc_max_length)
@@ -287,23 +307,27 @@ def test_the_untuned_encoder_is_the_backbones_raw_tokens(scifact_slice):
 
 def test_cli_writes_every_number_and_plot(exported, scifact_slice, t5_spm_path, tmp_path):
   model_dir, _ = exported
-  gin_flags = [f"--gin_file={retrieval_setup.REPO}/gin/models/t5_1_1_tiny.gin",
-               f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
-               "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64",
-               "--gin_bindings=xtr.analysis.measure.Settings.bm25_depth = 10",
-               "--gin_bindings=xtr.analysis.measure.Settings.num_idf_bins = 4"]
+  gin_flags = [
+      f"--gin_file={retrieval_setup.REPO}/gin/models/t5_1_1_tiny.gin",
+      f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+      "--gin_bindings=xtr.models.encoding.Encoder.doc_max_length = 64",
+      "--gin_bindings=xtr.analysis.measure.Settings.bm25_depth = 10",
+      "--gin_bindings=xtr.analysis.measure.Settings.num_idf_bins = 4"
+  ]
   other = model_dir.parent / "other_model"
-  analyze = lambda *args: retrieval_setup.run_tool("xtr.analyze_alignment", *gin_flags,
+  analyze = lambda *args: retrieval_setup.run_tool("xtr.cli.analyze_alignment", *gin_flags,
                                                    f"--data_dir={scifact_slice}", *args)
   done = analyze(f"--checkpoint=A={model_dir}", f"--checkpoint={other}",
                  f"--out={tmp_path / 'out'}")
   assert done.returncode == 0, done.stderr[-3000:]
   report = json.loads((tmp_path / "out" / "alignment.json").read_text())
   assert list(report["models"]) == ["A", "other_model"]
-  data = evaluation.load_beir(scifact_slice, "test")
+  data = beir_eval.load_beir(scifact_slice, "test")
   assert report["num_queries"] == len(data.query_ids)
-  assert report["case_study"] == {"query_id": data.query_ids[0],
-                                  "doc_id": data.most_relevant(data.query_ids[0])}
+  assert report["case_study"] == {
+      "query_id": data.query_ids[0],
+      "doc_id": data.most_relevant(data.query_ids[0])
+  }
   for result in report["models"].values():
     assert set(result["rerank"]) == {"q→d", "d→q", "d→q per token"}
     assert len(result["term_matching"]["containing"]["bins"]) == 4
@@ -315,11 +339,13 @@ def test_cli_writes_every_number_and_plot(exported, scifact_slice, t5_spm_path, 
   run = {}
   for qi, query_id in enumerate(data.query_ids):
     docs, _ = encoder.encode_documents([data.docs[d] for d in candidates_of[qi]])
-    run[query_id] = {data.doc_ids[d]: float(np.mean((q[qi][q_mask[qi]] @ v.T).max(axis=1)))
-                     for d, v in zip(candidates_of[qi], docs)}
-  want = evaluation.evaluate(data.qrels, run, **measure.RERANK_METRICS)
-  assert report["models"]["A"]["rerank"]["q→d"]["ndcg@10"] == pytest.approx(want["ndcg@10"],
-                                                                            abs=1e-6)
+    run[query_id] = {
+        data.doc_ids[d]: float(np.mean((q[qi][q_mask[qi]] @ v.T).max(axis=1)))
+        for d, v in zip(candidates_of[qi], docs)
+    }
+  want = beir_eval.evaluate(data.qrels, run, **measure.RERANK_METRICS)
+  assert report["models"]["A"]["rerank"]["q→d"]["ndcg@10"] == pytest.approx(
+      want["ndcg@10"], abs=1e-6)
   for png in ("term_matching.png", "spectra.png", "case_study.png"):
     assert (tmp_path / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   # Bad input is named before any work.
@@ -339,10 +365,11 @@ def test_cli_writes_every_number_and_plot(exported, scifact_slice, t5_spm_path, 
 def _tiny_encoder(model_dir, t5_spm_path) -> encoding.Encoder:
   import gin
   gin.clear_config()
-  gin.parse_config_files_and_bindings(
-      [str(retrieval_setup.REPO / "gin/models/t5_1_1_tiny.gin")],
-      [f"T5_SPM_PATH = '{t5_spm_path}'", "xtr.encoding.Encoder.model = %MODEL",
-       "xtr.encoding.Encoder.vocabulary = %VOCABULARY", "xtr.encoding.Encoder.doc_max_length = 64"])
+  gin.parse_config_files_and_bindings([str(retrieval_setup.REPO / "gin/models/t5_1_1_tiny.gin")], [
+      f"T5_SPM_PATH = '{t5_spm_path}'", "xtr.models.encoding.Encoder.model = %MODEL",
+      "xtr.models.encoding.Encoder.vocabulary = %VOCABULARY",
+      "xtr.models.encoding.Encoder.doc_max_length = 64"
+  ])
   encoder = encoding.Encoder(encoding.load_params(str(model_dir)))
   gin.clear_config()
   return encoder

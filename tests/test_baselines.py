@@ -6,13 +6,13 @@ import pytest
 import torch
 import transformers
 
-from xtr import baselines
-from xtr import beir_files
-from xtr import bert
-from xtr import evaluation
-from xtr import hf_weights
-from xtr import tokenization
-from xtr import vocabularies
+from xtr.data import beir_files
+from xtr.evaluation import baselines
+from xtr.evaluation import beir_eval
+from xtr.models import bert
+from xtr.models import hf_weights
+from xtr.text import tokenization
+from xtr.text import vocabularies
 
 NUM_DOCS = 12
 
@@ -28,17 +28,17 @@ def minilm(minilm_dir):
 @pytest.fixture(scope="module")
 def tiny_beir(scifact_dir):
   """3 SciFact test queries over their judged docs and a few others."""
-  full = evaluation.load_beir(str(scifact_dir), "test")
+  full = beir_eval.load_beir(str(scifact_dir), "test")
   query_ids = full.query_ids[:3]
   judged = {d for q in query_ids for d in full.qrels[q]}
   doc_ids = [d for d in full.doc_ids if d in judged]
   doc_ids += [d for d in full.doc_ids if d not in judged][:NUM_DOCS - len(doc_ids)]
   docs = dict(zip(full.doc_ids, full.docs))
   queries = dict(zip(full.query_ids, full.queries))
-  return evaluation.BeirData(
-      doc_ids=tuple(doc_ids), docs=tuple(docs[d] for d in doc_ids), query_ids=query_ids,
-      queries=tuple(queries[q] for q in query_ids), qrels={q: full.qrels[q] for q in query_ids},
-      num_queries_without_qrels=0, corpus_path=full.corpus_path)
+  qrels = {q: full.qrels[q] for q in query_ids}
+  return beir_eval.BeirData(doc_ids=tuple(doc_ids), docs=tuple(docs[d] for d in doc_ids),
+                            query_ids=query_ids, queries=tuple(queries[q] for q in query_ids),
+                            qrels=qrels, num_queries_without_qrels=0, corpus_path=full.corpus_path)
 
 
 def _hidden_states(reference, vocabulary, texts, max_length):
@@ -57,11 +57,9 @@ def test_encode_untuned_equals_sentence_transformers_pooling(minilm, tiny_beir):
   mean = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
   pooled, tokens = baselines.encode_untuned(backbone, params, vocabulary, texts, max_length=64,
                                             batch_size=4)
-  np.testing.assert_allclose(pooled, mean / np.linalg.norm(mean, axis=-1, keepdims=True),
-                             atol=1e-4)
+  np.testing.assert_allclose(pooled, mean / np.linalg.norm(mean, axis=-1, keepdims=True), atol=1e-4)
   for got, h, m in zip(tokens, hidden, mask):
-    np.testing.assert_allclose(got, h[m] / np.linalg.norm(h[m], axis=-1, keepdims=True),
-                               atol=1e-4)
+    np.testing.assert_allclose(got, h[m] / np.linalg.norm(h[m], axis=-1, keepdims=True), atol=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +75,14 @@ def test_untuned_maxsim_equals_naive_maxsim(minilm, tiny_beir, untuned):
   d = d / np.linalg.norm(d, axis=-1, keepdims=True)
   q = q / np.linalg.norm(q, axis=-1, keepdims=True)
   for i, ranking in enumerate(untuned["maxsim"].rankings):
-    scores = [np.mean([max(q[i, a] @ d[j, b] for b in np.flatnonzero(d_mask[j]))
-                       for a in np.flatnonzero(q_mask[i])]) for j in range(NUM_DOCS)]
+    scores = [
+        np.mean([
+            max(q[i, a] @ d[j, b]
+                for b in np.flatnonzero(d_mask[j]))
+            for a in np.flatnonzero(q_mask[i])
+        ])
+        for j in range(NUM_DOCS)
+    ]
     order = np.argsort(scores)[::-1][:5]
     assert [doc for doc, _ in ranking] == [tiny_beir.doc_ids[j] for j in order]
     np.testing.assert_allclose([s for _, s in ranking], np.asarray(scores)[order], atol=1e-4)
@@ -86,10 +90,12 @@ def test_untuned_maxsim_equals_naive_maxsim(minilm, tiny_beir, untuned):
 
 def test_untuned_single_vector_ranks_by_pooled_dot_product(minilm, tiny_beir, untuned):
   _, _, vocabulary, reference = minilm
+
   def pooled(texts, max_length):
     hidden, mask = _hidden_states(reference, vocabulary, list(texts), max_length)
     mean = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
     return mean / np.linalg.norm(mean, axis=-1, keepdims=True)
+
   docs, queries = pooled(tiny_beir.docs, 256), pooled(tiny_beir.queries, 32)
   for query, ranking in zip(queries, untuned["single_vector"].rankings):
     scores = docs @ query
@@ -111,4 +117,4 @@ def test_carve_dev_split_partitions_the_queries(scifact_dir, tmp_path):
   assert not train_queries & dev_queries
   assert len(dev_queries) == round(0.2 * len(train_queries | dev_queries))
   assert dev == (tmp_path / "b" / "qrels" / "dev.tsv").read_text().splitlines()
-  assert len(evaluation.load_beir(str(tmp_path / "a"), "dev").query_ids) == len(dev_queries)
+  assert len(beir_eval.load_beir(str(tmp_path / "a"), "dev").query_ids) == len(dev_queries)

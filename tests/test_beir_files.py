@@ -1,4 +1,4 @@
-"""Tests of the bundled data/scifact and of gzipped BEIR files (xtr/beir_files.py)."""
+"""Tests of the bundled data/scifact and of gzipped BEIR files (xtr/data/beir_files.py)."""
 import dataclasses
 import gzip
 import pathlib
@@ -6,15 +6,15 @@ import re
 
 import pytest
 
-from tasks import beir
-from xtr import beir_files
-from xtr import evaluation
+from xtr.data import beir_files
+from xtr.data.tasks import beir
+from xtr.evaluation import beir_eval
 
 SCIFACT = pathlib.Path(__file__).resolve().parents[1] / "data" / "scifact"
 
 
-@pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl", "qrels/train.tsv",
-                                  "qrels/test.tsv"])
+@pytest.mark.parametrize("name",
+                         ["corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv"])
 def test_bundled_scifact_is_beirs(scifact_dir, name):
   path = pathlib.Path(beir_files.resolve(SCIFACT, name))
   data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
@@ -24,19 +24,20 @@ def test_bundled_scifact_is_beirs(scifact_dir, name):
 def test_bundled_scifact_loads_like_the_plain_files(scifact_dir):
   assert beir_files.resolve(SCIFACT, "corpus.jsonl").endswith("corpus.jsonl.gz")
   for split in ("train", "test"):
-    bundled, plain = evaluation.load_beir(SCIFACT, split), evaluation.load_beir(scifact_dir, split)
+    bundled, plain = beir_eval.load_beir(SCIFACT, split), beir_eval.load_beir(scifact_dir, split)
     assert bundled == dataclasses.replace(plain, corpus_path=bundled.corpus_path)
   bundled, plain = beir.load_pairs(SCIFACT, "train"), beir.load_pairs(scifact_dir, "train")
   assert (bundled.queries, bundled.docs) == (plain.queries, plain.docs)
   assert bundled.pairs.tolist() == plain.pairs.tolist()
-  data = evaluation.load_beir(SCIFACT, "test")
-  assert (len(data.doc_ids), len(data.query_ids), sum(map(len, data.qrels.values()))) == (
-      5183, 300, 339)
+  data = beir_eval.load_beir(SCIFACT, "test")
+  assert (len(data.doc_ids), len(data.query_ids), sum(map(len,
+                                                          data.qrels.values()))) == (5183, 300, 339)
 
 
 def test_resolve_prefers_the_plain_file_and_names_both_when_missing(tmp_path):
-  with pytest.raises(FileNotFoundError, match=re.escape(
-      f"Neither {tmp_path}/corpus.jsonl nor {tmp_path}/corpus.jsonl.gz exists.")):
+  with pytest.raises(
+      FileNotFoundError,
+      match=re.escape(f"Neither {tmp_path}/corpus.jsonl nor {tmp_path}/corpus.jsonl.gz exists.")):
     beir_files.resolve(tmp_path, "corpus.jsonl")
   (tmp_path / "corpus.jsonl.gz").write_bytes(gzip.compress(b""))
   assert beir_files.resolve(tmp_path, "corpus.jsonl") == f"{tmp_path}/corpus.jsonl.gz"
@@ -46,18 +47,20 @@ def test_resolve_prefers_the_plain_file_and_names_both_when_missing(tmp_path):
 
 def test_gzipped_file_errors_name_the_file_and_line(tmp_path):
   (tmp_path / "qrels").mkdir()
-  (tmp_path / "corpus.jsonl.gz").write_bytes(gzip.compress(
-      b'{"_id": "d1", "title": "", "text": "one"}\n{"_id": "d2", "text": 2}\n'))
+  (tmp_path / "corpus.jsonl.gz").write_bytes(
+      gzip.compress(b'{"_id": "d1", "title": "", "text": "one"}\n{"_id": "d2", "text": 2}\n'))
   (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "query"}\n')
-  (tmp_path / "qrels" / "test.tsv.gz").write_bytes(gzip.compress(
-      b"query-id\tcorpus-id\tscore\nq1\td1\t1\n"))
-  with pytest.raises(ValueError, match=re.escape(
-      f"{tmp_path}/corpus.jsonl.gz:2: field 'text' is missing or not a string")):
-    evaluation.load_beir(tmp_path, "test")
-  (tmp_path / "corpus.jsonl.gz").write_bytes(gzip.compress(
-      b'{"_id": "d1", "title": "", "text": "one"}\n'))
-  (tmp_path / "qrels" / "test.tsv.gz").write_bytes(gzip.compress(
-      b"query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td9\t1\n"))
-  with pytest.raises(ValueError, match=re.escape(
-      f"{tmp_path}/qrels/test.tsv.gz:3: corpus-id 'd9' is not in corpus.jsonl")):
-    evaluation.load_beir(tmp_path, "test")
+  (tmp_path / "qrels" / "test.tsv.gz").write_bytes(
+      gzip.compress(b"query-id\tcorpus-id\tscore\nq1\td1\t1\n"))
+  with pytest.raises(
+      ValueError,
+      match=re.escape(f"{tmp_path}/corpus.jsonl.gz:2: field 'text' is missing or not a string")):
+    beir_eval.load_beir(tmp_path, "test")
+  (tmp_path / "corpus.jsonl.gz").write_bytes(
+      gzip.compress(b'{"_id": "d1", "title": "", "text": "one"}\n'))
+  (tmp_path / "qrels" / "test.tsv.gz").write_bytes(
+      gzip.compress(b"query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td9\t1\n"))
+  with pytest.raises(
+      ValueError,
+      match=re.escape(f"{tmp_path}/qrels/test.tsv.gz:3: corpus-id 'd9' is not in corpus.jsonl")):
+    beir_eval.load_beir(tmp_path, "test")

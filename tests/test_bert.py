@@ -2,8 +2,8 @@
 import json
 import pathlib
 
-import flax.linen as nn
 from flax import traverse_util
+import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
@@ -12,9 +12,9 @@ import pytest
 import torch
 import transformers
 
-from xtr import bert
-from xtr import hf_weights
-from xtr import vocabularies
+from xtr.models import bert
+from xtr.models import hf_weights
+from xtr.text import vocabularies
 
 MINILM_GIN = pathlib.Path(__file__).resolve().parents[1] / "gin" / "models" / "minilm_l6.gin"
 
@@ -56,9 +56,8 @@ def test_converted_params_match_init_tree_and_every_param_has_logical_axes(minil
 
 
 @pytest.mark.parametrize("scan_layers,remat_policy", [(False, "none"), (True, "dots_saveable")])
-def test_last_hidden_states_match_transformers(minilm_dir, scifact_dir, scan_layers,
-                                               remat_policy):
-  """Unscanned, and scanned (`xtr.layer_stack`) from the same file."""
+def test_last_hidden_states_match_transformers(minilm_dir, scifact_dir, scan_layers, remat_policy):
+  """Unscanned, and scanned (`xtr.models.layer_stack`) from the same file."""
   config = bert.BertConfig(scan_layers=scan_layers, remat_policy=remat_policy)
   params = hf_weights.load_bert_backbone(str(minilm_dir), config)
   assert ("layers" in params) == scan_layers
@@ -116,8 +115,8 @@ def test_dropout_uses_the_dropout_rng(minilm):
   config, params = minilm
   encoder = bert.BertEncoder(bert.BertConfig(dropout_rate=0.1))
   ids = jnp.array([[101, 7592, 2088, 102, 0]], jnp.int32)
-  apply = lambda seed: encoder.apply({"params": params}, ids, ids != 0, deterministic=False,
-                                     rngs={"dropout": jax.random.key(seed)})
+  apply = lambda seed: encoder.apply({"params": params}, ids, ids != 0, deterministic=False, rngs=
+                                     {"dropout": jax.random.key(seed)})
   np.testing.assert_array_equal(apply(0), apply(0))
   assert not np.allclose(apply(0), apply(1))
 

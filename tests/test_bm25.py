@@ -1,4 +1,4 @@
-"""Tests of xtr/bm25.py and the BM25 hard negatives of tasks/beir.py."""
+"""Tests of xtr/data/bm25.py and the BM25 hard negatives of xtr/data/tasks/beir.py."""
 import collections
 import math
 import pathlib
@@ -9,9 +9,9 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from tasks import beir
-from xtr import bm25
-from xtr import evaluation
+from xtr.data import bm25
+from xtr.data.tasks import beir
+from xtr.evaluation import beir_eval
 
 SCIFACT = pathlib.Path(__file__).resolve().parents[1] / "data" / "scifact"
 
@@ -50,13 +50,13 @@ def _naive_bm25(query: str, docs: tuple[str, ...], k1: float, b: float) -> list[
 
 
 def test_tokenize_lowercases_and_drops_stopwords_and_single_characters():
-  assert bm25.tokenize(["The cat's CAT, a dog-owner!", "the and of"]) == [
-      ["cat", "cat", "dog", "owner"], []]
+  assert bm25.tokenize(["The cat's CAT, a dog-owner!",
+                        "the and of"]) == [["cat", "cat", "dog", "owner"], []]
 
 
 @pytest.mark.parametrize("k1, b", [(bm25.K1, bm25.B), (1.5, 0.75)])
-@pytest.mark.parametrize("query", ["cat", "cats and dogs owners", "Cat cat mat", "the",
-                                   "zebra", "mat zebra strong"])
+@pytest.mark.parametrize(
+    "query", ["cat", "cats and dogs owners", "Cat cat mat", "the", "zebra", "mat zebra strong"])
 def test_scores_equal_naive_bm25(query, k1, b):
   index = bm25.Bm25([f"d{i}" for i in range(len(DOCS))], DOCS, k1=k1, b=b)
   np.testing.assert_allclose(index.scores(query), _naive_bm25(query, DOCS, k1, b), rtol=1e-6)
@@ -73,14 +73,15 @@ def test_top_k_and_search_rank_by_score_then_index():
     assert indices[q].tolist() == expected
     np.testing.assert_allclose(scores[q], [naive[i] for i in expected], rtol=1e-6)
   results = index.search(queries, 2)
-  assert [[doc for doc, _ in r] for r in results] == [
-      [f"d{i}" for i in indices[0, :2]], [f"d{i}" for i in indices[1, :2]], []]  # no 0 scores
+  assert [[doc for doc, _ in r] for r in results] == [[f"d{i}" for i in indices[0, :2]],
+                                                      [f"d{i}" for i in indices[1, :2]],
+                                                      []]  # no 0 scores
 
 
 def test_scifact_bm25_baseline():
-  data = evaluation.load_beir(SCIFACT, "test")
+  data = beir_eval.load_beir(SCIFACT, "test")
   results = bm25.Bm25(data.doc_ids, data.docs).search(data.queries, 100)
-  metrics = evaluation.evaluate(data.qrels, {q: dict(r) for q, r in zip(data.query_ids, results)})
+  metrics = beir_eval.evaluate(data.qrels, {q: dict(r) for q, r in zip(data.query_ids, results)})
   assert metrics["num_queries"] == 300
   assert 0.6 <= metrics["ndcg@10"] <= 0.72  # 0.657 (Anserini's flat BM25: 0.665, with stemming)
   assert 0.8 <= metrics["recall@100"] <= 0.95  # 0.876
@@ -96,8 +97,8 @@ def _candidates(data: beir.BeirPairs, top: np.ndarray) -> list[list[int]]:
   positives = collections.defaultdict(set)
   for q, d in data.pairs.tolist():
     positives[q].add(d)
-  return [[d for d in row if d >= 0 and d not in positives[q]]
-          for q, row in enumerate(top.tolist())]
+  return [[d for d in row if d >= 0 and d not in positives[q]] for q, row in enumerate(top.tolist())
+         ]
 
 
 def test_bm25_top_docs_are_mined_once_and_cached(scifact_train, tmp_path, monkeypatch):
@@ -161,8 +162,8 @@ def test_bm25_negatives_through_gin(scifact_train, tmp_path):
 def test_bm25_negative_without_candidates_is_uniform_or_names_the_query(tmp_path):
   """'quantum' matches no document: its negatives are uniform over its non-positives (every one
   drawn in 400 draws), while 'cat mat' keeps drawing from its BM25 candidates only."""
-  data = beir.BeirPairs(queries=("cat mat", "quantum"), docs=DOCS,
-                        pairs=np.array([[0, 0], [1, 3]], np.int64))
+  data = beir.BeirPairs(queries=("cat mat", "quantum"), docs=DOCS, pairs=np.array([[0, 0], [1, 3]],
+                                                                                  np.int64))
   with pytest.raises(ValueError, match="'quantum': its top-5 BM25 documents are all positives"):
     beir.bm25_negative(data, depth=5, cache_dir=tmp_path, without_candidates="error")
   sample = tf.function(beir.bm25_negative(data, depth=5, cache_dir=tmp_path))

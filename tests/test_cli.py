@@ -5,39 +5,44 @@ import re
 import shutil
 import sys
 
+from absl import app
 import gin
 import pytest
-from absl import app
 
-from tests.retrieval_setup import REPO, random_checkpoint, run_tool
-from xtr import beir_files
+from tests.retrieval_setup import REPO
+from tests.retrieval_setup import random_checkpoint
+from tests.retrieval_setup import run_tool
 from xtr import cli
-from xtr import encoding
-from xtr import eval_beir
-from xtr import evaluation
-from xtr import model_spec
-from xtr import partitioning
-from xtr import retrieval
-from xtr import trainer
+from xtr.cli import eval_beir
+from xtr.data import beir_files
+from xtr.evaluation import beir_eval
 from xtr.index import files
 from xtr.index import reader
-
+from xtr.models import encoding
+from xtr.models import model_spec
+from xtr.retrieval import ranker
+from xtr.text import tokenization
+from xtr.training import partitioning
+from xtr.training import trainer
 
 
 @pytest.mark.parametrize("module, own_flags", [
-    ("xtr.train", ["--multihost", "--process_id", "--gin_file"]),
-    ("xtr.export", ["--corpus", "--repair", "--docs_per_chunk", "--prune_doc", "--from_index",
-                    "--store_vectors"]),
-    ("xtr.search", ["--queries", "--format", "--k_prime", "--verify", "--vocabulary",
-                    "--alignment", "--prune_query", "--leaves_to_search"]),
-    ("xtr.adapt_alignment", ["--shots", "--strategies", "--alignment", "--k_prime"]),
-    ("xtr.show_alignment", ["--query_id", "--doc_id", "--beta_q", "--num_aligned", "--verify"]),
-    ("xtr.eval_beir", ["--data_dir", "--run_file", "--impute", "--verify"]),
-    ("xtr.token_analysis", ["--compare", "--plot", "--verify"]),
-    ("xtr.demo", ["--gin_file", "--gin_bindings"]),
-    ("xtr.interpolate", ["--checkpoint", "--alpha", "--out"]),
-    ("xtr.analyze_alignment", ["--checkpoint", "--compare", "--query_id", "--doc_id", "--out"]),
-    ("xtr.convert_checkpoint", ["--checkpoint"]),
+    ("xtr.cli.train", ["--multihost", "--process_id", "--gin_file"]),
+    ("xtr.cli.export", [
+        "--corpus", "--repair", "--docs_per_chunk", "--prune_doc", "--from_index", "--store_vectors"
+    ]),
+    ("xtr.cli.search", [
+        "--queries", "--format", "--k_prime", "--verify", "--vocabulary", "--alignment",
+        "--prune_query", "--leaves_to_search"
+    ]),
+    ("xtr.cli.adapt_alignment", ["--shots", "--strategies", "--alignment", "--k_prime"]),
+    ("xtr.cli.show_alignment", ["--query_id", "--doc_id", "--beta_q", "--num_aligned", "--verify"]),
+    ("xtr.cli.eval_beir", ["--data_dir", "--run_file", "--impute", "--verify"]),
+    ("xtr.cli.analyze_tokens", ["--compare", "--plot", "--verify"]),
+    ("xtr.cli.demo", ["--gin_file", "--gin_bindings"]),
+    ("xtr.cli.wise_ft", ["--checkpoint", "--alpha", "--out"]),
+    ("xtr.cli.analyze_alignment", ["--checkpoint", "--compare", "--query_id", "--doc_id", "--out"]),
+    ("xtr.cli.convert_checkpoint", ["--checkpoint"]),
 ])
 def test_help_lists_the_tools_own_flags_and_exits_0(module, own_flags):
   process = run_tool(module, "--help")
@@ -50,9 +55,10 @@ def test_help_lists_the_tools_own_flags_and_exits_0(module, own_flags):
 
 def _hostile_gin(marker) -> str:
   """A gin config that, parsed and used by the encoder, runs `touch marker`."""
-  return ("from __gin__ import dynamic_registration\nimport subprocess\nimport xtr.encoding\n"
-          f"subprocess.run.args = ['touch', '{marker}']\n"
-          "xtr.encoding.Encoder.batch_size = @subprocess.run()\n")
+  return (
+      "from __gin__ import dynamic_registration\nimport subprocess\nimport xtr.models.encoding\n"
+      f"subprocess.run.args = ['touch', '{marker}']\n"
+      "xtr.models.encoding.Encoder.batch_size = @subprocess.run()\n")
 
 
 def _copy_index(exported, tmp_path, edit):
@@ -78,14 +84,14 @@ def test_stored_gin_config_is_never_run(exported, tmp_path):
   marker.unlink()
   # ... but search never parses what an index stores: the hostile index searches normally,
   index_dir = _copy_index(exported, tmp_path, lambda m: m.update(gin_config=_hostile_gin(marker)))
-  process = run_tool("xtr.search", f"--index={index_dir}", f"--checkpoint={exported[0]}",
-                 "--top_k=3", stdin="vitamin c\n")
+  process = run_tool("xtr.cli.search", f"--index={index_dir}", f"--checkpoint={exported[0]}",
+                     "--top_k=3", stdin="vitamin c\n")
   assert process.returncode == 0, process.stderr[-2000:]
   assert len(json.loads(process.stdout)["results"]) == 3
   # an index of the old format (which did run its gin text) is refused,
-  old = _copy_index(exported, tmp_path / "old", lambda m: m.update(
-      format=1, model={"gin_config": _hostile_gin(marker)}))
-  process = run_tool("xtr.search", f"--index={old}", f"--checkpoint={exported[0]}", stdin="q\n")
+  old = _copy_index(exported, tmp_path / "old",
+                    lambda m: m.update(format=1, model={"gin_config": _hostile_gin(marker)}))
+  process = run_tool("xtr.cli.search", f"--index={old}", f"--checkpoint={exported[0]}", stdin="q\n")
   assert process.returncode != 0 and "format 1" in process.stderr
   assert not marker.exists()
   # and a model description names only modules of a fixed table.
@@ -96,10 +102,11 @@ def test_stored_gin_config_is_never_run(exported, tmp_path):
 
 
 def test_a_checkpoint_of_another_token_dim_is_named(exported, tmp_path, t5_spm_path):
-  random_checkpoint(tmp_path / "model64", 0, t5_spm_path, "models.XTREncoder.embed_dim = 64")
+  random_checkpoint(tmp_path / "model64", 0, t5_spm_path, "xtr_encoder.XTREncoder.embed_dim = 64")
   token_index = reader.open_index(str(exported[1]))
-  with pytest.raises(ValueError, match=r"does not fit the model of the index \(manifest\): token "
-                     r"dim 128 \(index\) vs 64 \(checkpoint\)"):
+  with pytest.raises(
+      ValueError, match=r"does not fit the model of the index \(manifest\): token "
+      r"dim 128 \(index\) vs 64 \(checkpoint\)"):
     model_spec.encoder(token_index.manifest["model"], "manifest",
                        encoding.load_params(str(tmp_path / "model64")), "model64",
                        token_index.vocabulary_file())
@@ -110,8 +117,8 @@ def test_eval_warns_when_the_corpus_is_not_the_indexed_one(exported, scifact_sli
   shutil.copytree(scifact_slice, data_dir)
   lines = (data_dir / "corpus.jsonl").read_text().splitlines(keepends=True)
   (data_dir / "corpus.jsonl").write_text("".join(lines[:-1]))  # one unjudged document fewer
-  process = run_tool("xtr.eval_beir", f"--data_dir={data_dir}", f"--index={exported[1]}",
-                 f"--checkpoint={exported[0]}", f"--out={tmp_path / 'r.json'}", "--k_prime=50")
+  process = run_tool("xtr.cli.eval_beir", f"--data_dir={data_dir}", f"--index={exported[1]}",
+                     f"--checkpoint={exported[0]}", f"--out={tmp_path / 'r.json'}", "--k_prime=50")
   assert process.returncode == 0, process.stderr[-2000:]
   assert f"Warning: {data_dir / 'corpus.jsonl'} is not the corpus file" in process.stderr
   assert json.loads((tmp_path / "r.json").read_text())["corpus_matches_index"] is False
@@ -119,27 +126,28 @@ def test_eval_warns_when_the_corpus_is_not_the_indexed_one(exported, scifact_sli
 
 def test_export_refuses_an_empty_corpus_before_writing_anything(tmp_path):
   (tmp_path / "corpus.jsonl").write_text("")
-  process = run_tool("xtr.export", "--gin_file=gin/models/t5_1_1_tiny.gin",
-                 f"--corpus={tmp_path / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
-                 "--checkpoint=/no/such/checkpoint")
+  process = run_tool("xtr.cli.export", "--gin_file=gin/models/t5_1_1_tiny.gin",
+                     f"--corpus={tmp_path / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
+                     "--checkpoint=/no/such/checkpoint")
   assert process.returncode != 0
   assert "has 0 documents: nothing for shard 0 of 1 to export" in process.stderr
   assert not (tmp_path / "index").exists()
 
 
 def test_search_refuses_a_directory_as_output_before_searching(tmp_path):
-  process = run_tool("xtr.search", f"--index={tmp_path / 'none'}", "--checkpoint=none",
-                 f"--out={tmp_path}", stdin="q\n")
+  process = run_tool("xtr.cli.search", f"--index={tmp_path / 'none'}", "--checkpoint=none",
+                     f"--out={tmp_path}", stdin="q\n")
   assert process.returncode != 0 and f"--out={tmp_path} is a directory" in process.stderr
   with pytest.raises(app.UsageError, match="the directory .*/missing does not exist"):
     cli.check_output_file("run_file", str(tmp_path / "missing" / "run.trec"))
 
 
 def test_trec_output_refuses_ids_with_whitespace():
-  evaluation.check_trec_ids(["q1"], ["d1", "d2"])
-  with pytest.raises(ValueError, match="doc id 'doc 7' is empty or contains whitespace, which a "
-                     "TREC run file cannot hold"):
-    evaluation.check_trec_ids(["q1"], ["d1", "doc 7"])
+  beir_eval.check_trec_ids(["q1"], ["d1", "d2"])
+  with pytest.raises(
+      ValueError, match="doc id 'doc 7' is empty or contains whitespace, which a "
+      "TREC run file cannot hold"):
+    beir_eval.check_trec_ids(["q1"], ["d1", "doc 7"])
 
 
 @pytest.mark.parametrize("content, name", [("", "file"), (" \n\t\n", "file"), ("", "-")])
@@ -173,8 +181,10 @@ def test_every_run_config_parses(run_file):
 
 @pytest.mark.parametrize("binding, message", [
     ("trainer.train.num_steps = 'five'", "trainer.train.num_steps = 'five': expected int, got str"),
-    ("trainer.train.batch_size = 16.0", "trainer.train.batch_size = 16.0: expected int, got float"),
-    ("trainer.train.temperature = '1'", "trainer.train.temperature = '1': expected float, got str"),
+    ("pipeline.DatasetConfig.batch_size = 16.0",
+     "pipeline.DatasetConfig.batch_size = 16.0: expected int, got float"),
+    ("objective.Objective.temperature = '1'",
+     "objective.Objective.temperature = '1': expected float, got str"),
 ])
 def test_a_gin_binding_of_the_wrong_type_is_refused_first(monkeypatch, binding, message):
   monkeypatch.setattr(partitioning, "make_mesh", lambda *a: pytest.fail("the mesh was built"))
@@ -187,32 +197,41 @@ def test_a_gin_binding_of_the_wrong_type_is_refused_first(monkeypatch, binding, 
     gin.clear_config()
 
 
-def test_unknown_queries_are_warned_of_and_counted(exported, scifact_slice, capsys):
+def test_unknown_queries_are_warned_of_and_counted(exported, scifact_slice, capsys, monkeypatch):
   token_index = reader.open_index(str(exported[1]))
   encoder = model_spec.encoder(token_index.manifest["model"], "manifest",
                                encoding.load_params(str(exported[0])), "model",
                                token_index.vocabulary_file())
-  data = evaluation.load_beir(str(scifact_slice), "test")
+  data = beir_eval.load_beir(str(scifact_slice), "test")
   queries = list(data.queries)
   queries[2] = "😀😀"
-  results = retrieval.search(encoder, token_index, queries, retrieval.SearchConfig(k_prime=50))
+  tokenized = []
+  encode_batch = tokenization.encode_batch
+  monkeypatch.setattr(tokenization, "encode_batch",
+                      lambda *args: tokenized.append(args[1]) or encode_batch(*args))
+  for encode_alone in (False, True):
+    tokenized.clear()
+    results = ranker.search(encoder, token_index, queries, ranker.SearchConfig(k_prime=50),
+                            encode_alone=encode_alone)
+    assert tokenized == [queries]  # Once, and the warning reads the same ids.
   assert results.unknown_only == [2]
   assert "query 3 ('😀😀') has only tokens that the vocabulary does not know" in (
       capsys.readouterr().err)
-  report, _ = eval_beir.evaluate_split(data, results, retrieval.SearchConfig(k_prime=50))
+  report, _ = eval_beir.evaluate_split(data, results, ranker.SearchConfig(k_prime=50))
   assert report["unknown_only_queries"] == {"count": 1, "query_ids": [data.query_ids[2]]}
 
 
 def test_negative_relevance_counts_as_non_relevant_as_in_beir():
   run = {"q": {"a": 3.0, "b": 2.0, "c": 1.0}}
-  with_negative = evaluation.evaluate({"q": {"a": -2, "b": 1, "c": 2}}, run)
-  with_zero = evaluation.evaluate({"q": {"a": 0, "b": 1, "c": 2}}, run)
+  with_negative = beir_eval.evaluate({"q": {"a": -2, "b": 1, "c": 2}}, run)
+  with_zero = beir_eval.evaluate({"q": {"a": 0, "b": 1, "c": 2}}, run)
   assert with_negative == with_zero
   assert with_negative["mrr@10"] == 0.5
 
 
 def test_eval_refuses_an_index_that_lacks_judged_documents():
   cli.check_index_covers_qrels(["d1", "d2"], {"q": {"d1": 1, "d2": 0}}, "index")
-  with pytest.raises(ValueError, match=r"The index at index lacks 1 judged documents \(e.g. "
-                     r"\['d2'\]\): was it exported from this dataset's corpus"):
+  with pytest.raises(
+      ValueError, match=r"The index at index lacks 1 judged documents \(e.g. "
+      r"\['d2'\]\): was it exported from this dataset's corpus"):
     cli.check_index_covers_qrels(["d1"], {"q": {"d1": 1, "d2": 0}}, "index")

@@ -12,17 +12,21 @@ import gin
 import numpy as np
 import pytest
 
-from tests.retrieval_setup import REPO, SLICE_DOCS, random_checkpoint, run_tool
-from xtr import beir_files
+from tests.retrieval_setup import REPO
+from tests.retrieval_setup import SLICE_DOCS
+from tests.retrieval_setup import random_checkpoint
+from tests.retrieval_setup import run_tool
 from xtr import cli
-from xtr import encoding
-from xtr import evaluation
+from xtr import io
+from xtr.data import beir_files
+from xtr.evaluation import beir_eval
+from xtr.models import encoding
 
 MISSING = "/nonexistent/xtr-test"  # Every path a refusal must come before reading.
 _SEARCH = (f"--index={MISSING}/index", f"--checkpoint={MISSING}/model")
 _EVAL = (f"--data_dir={MISSING}/data", *_SEARCH, f"--out={MISSING}/out.json")
 _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr must name)])
-    "xtr.search": (_SEARCH, [
+    "xtr.cli.search": (_SEARCH, [
         *[(f"--{flag}={value}", f"--{flag}={value}") for flag in ("top_k", "k_prime")
           for value in (0, -3, 10**10, "1e9", "nan")],
         *[(f"--impute={value}", f"--impute={value}") for value in ("nan", "-inf", "inf", "x")],
@@ -37,13 +41,13 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
                                  f"{os.cpu_count()}]"),
         ("--no_such_flag", "Unknown command line flag 'no_such_flag'"),
     ]),
-    "xtr.eval_beir": (_EVAL, [("--k_prime=0", "--k_prime=0"), ("--impute=nan", "--impute=nan"),
+    "xtr.cli.eval_beir": (_EVAL, [("--k_prime=0", "--k_prime=0"), ("--impute=nan", "--impute=nan"),
                               ("--top_k=-1", "--top_k=-1")]),
-    "xtr.adapt_alignment": (_EVAL, [
+    "xtr.cli.adapt_alignment": (_EVAL, [
         ("--shots=0", "--shots=0"), ("--shots=10000000000", "--shots=10000000000"),
         ("--seed=-1", "--seed=-1: -1 is not an integer in the range [0, "),
         ("--prune_query=nan", "--prune_query=nan")]),
-    "xtr.export": ((f"--out={MISSING}/index", f"--checkpoint={MISSING}/model",
+    "xtr.cli.export": ((f"--out={MISSING}/index", f"--checkpoint={MISSING}/model",
                     f"--corpus={MISSING}/corpus.jsonl"), [
         ("--docs_per_chunk=0", "--docs_per_chunk=0"),
         ("--docs_per_chunk=-3", "--docs_per_chunk=-3"),
@@ -53,18 +57,18 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
         *[(f"--prune_doc={value}", f"--prune_doc={shown}: not a number in (0, 1]")
           for value, shown in (("nan", "nan"), ("0", "0.0"), ("1.5", "1.5"), ("-inf", "-inf"))],
     ]),
-    "xtr.show_alignment": ((*_EVAL[:-1], "--query_id=1", f"--out={MISSING}/a.html"), [
+    "xtr.cli.show_alignment": ((*_EVAL[:-1], "--query_id=1", f"--out={MISSING}/a.html"), [
         ("--beta_q=nan", "--beta_q=nan"), ("--beta_q=0", "--beta_q=0.0"),
         ("--beta_d=inf", "--beta_d=inf"), ("--beta_d=-1", "--beta_d=-1.0"),
         ("--num_aligned=0", "--num_aligned=0"),
         ("--num_aligned=10000000000", "--num_aligned=10000000000")]),
-    "xtr.token_analysis": (_EVAL, [("--k=0", "--k=0"), ("--k=-3", "--k=-3"),
+    "xtr.cli.analyze_tokens": (_EVAL, [("--k=0", "--k=0"), ("--k=-3", "--k=-3"),
                                    ("--k=10000000000", "--k=10000000000")]),
-    "xtr.interpolate": ((f"--checkpoint={MISSING}/model", f"--out={MISSING}/wise_ft"), [
+    "xtr.cli.wise_ft": ((f"--checkpoint={MISSING}/model", f"--out={MISSING}/wise_ft"), [
         *[(f"--alpha={value}", f"--alpha={shown}: not a number in [0, 1]")
           for value, shown in (("nan", "nan"), ("-0.5", "-0.5"), ("1.5", "1.5"), ("inf", "inf"))]
     ]),
-    "xtr.train": ((), [
+    "xtr.cli.train": ((), [
         ("--num_processes=0", "--num_processes=0"), ("--process_id=-1", "--process_id=-1"),
         ("--num_processes=2 --process_id=2",
          "process_id=2, num_processes=2: --process_id must be less than --num_processes"),
@@ -73,7 +77,7 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
         ("--gin_file=gin/runs/smoke.gin --gin_bindings=trainer.train.num_steps='five'",
          "trainer.train.num_steps = 'five': expected int, got str; check its gin binding.")]),
     **{module: ((), [("--no_such_flag", "Unknown command line flag 'no_such_flag'")])
-       for module in ("xtr.demo", "xtr.analyze_alignment", "xtr.convert_checkpoint")},
+       for module in ("xtr.cli.demo", "xtr.cli.analyze_alignment", "xtr.cli.convert_checkpoint")},
 }
 _PROBE = """
 import contextlib, io, json, sys, traceback
@@ -104,16 +108,20 @@ def refusals() -> dict[tuple[str, str], tuple[int, str]]:
   for module, (common, cases) in _CASES.items():
     argvs = [[*common, *case.split()] for case, _ in cases]
     process = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(module=module), json.dumps(argvs)],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""})
+        [sys.executable, "-c",
+         _PROBE.format(module=module),
+         json.dumps(argvs)], capture_output=True, text=True, cwd=REPO, env={
+             **os.environ, "XLA_FLAGS": ""
+         })
     assert process.returncode == 0, process.stderr[-3000:]
     results = json.loads(process.stdout.splitlines()[-1])
     found |= {(module, case): tuple(result) for (case, _), result in zip(cases, results)}
   return found
 
 
-@pytest.mark.parametrize("module, case, named", [
-    (module, case, named) for module, (_, cases) in _CASES.items() for case, named in cases])
+@pytest.mark.parametrize(
+    "module, case, named",
+    [(module, case, named) for module, (_, cases) in _CASES.items() for case, named in cases])
 def test_absurd_flags_are_refused_in_one_line_before_any_work(refusals, module, case, named):
   """The paths are missing: a refusal that names the flag shows that it came first."""
   status, stderr = refusals[(module, case)]
@@ -124,17 +132,17 @@ def test_absurd_flags_are_refused_in_one_line_before_any_work(refusals, module, 
 
 
 def test_a_refusal_shows_its_traceback_only_with_the_switch():
-  plain = run_tool("xtr.search", *_SEARCH, stdin="q\n")
+  plain = run_tool("xtr.cli.search", *_SEARCH, stdin="q\n")
   assert plain.returncode == 2
   assert plain.stderr == f"xtr-tool: no token index at {MISSING}/index: not a directory\n"
-  traced = run_tool("xtr.search", *_SEARCH, "--traceback", stdin="q\n")
+  traced = run_tool("xtr.cli.search", *_SEARCH, "--traceback", stdin="q\n")
   assert traced.returncode == 2
   assert traced.stderr.startswith("Traceback (most recent call last):\n")
   assert traced.stderr.endswith(plain.stderr)
 
 
 def test_help_states_the_exit_status():
-  process = run_tool("xtr.search", "--help")
+  process = run_tool("xtr.cli.search", "--help")
   assert process.returncode == 0 and process.stderr == ""
   assert "Exit status: 0 done; 2 refused" in process.stdout
   assert "--[no]traceback: Print the Python traceback of a refusal" in process.stdout
@@ -155,13 +163,13 @@ def test_search_writes_through_pipes_caps_top_k_and_keeps_stderr_clean(exported,
   manifest = json.loads((exported[1] / "manifest.json").read_text())
   assert manifest["num_docs"] == SLICE_DOCS
   with _pipe(tmp_path) as (pipe, read):
-    capped = run_tool("xtr.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
+    capped = run_tool("xtr.cli.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
                       f"--queries={queries}", f"--out={pipe}", "--top_k=1000000000",
                       "--k_prime=1000000000")
     assert capped.returncode == 0, capped.stderr[-2000:]
     received = read()
   assert _search_lines(capped.stderr) == []
-  exact = run_tool("xtr.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
+  exact = run_tool("xtr.cli.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
                    f"--queries={queries}", "--out=/dev/stdout", f"--top_k={SLICE_DOCS}",
                    f"--k_prime={manifest['num_indexed_tokens']}")
   assert exact.returncode == 0, exact.stderr[-2000:]
@@ -172,11 +180,13 @@ def test_search_writes_through_pipes_caps_top_k_and_keeps_stderr_clean(exported,
 
 
 def test_a_full_disk_is_refused_naming_the_output(exported):
-  process = run_tool("xtr.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
+  process = run_tool("xtr.cli.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
                      "--out=/dev/full", "--top_k=3", stdin="vitamin c\n")
   assert process.returncode == 2
   assert _search_lines(process.stderr) == [
-      "xtr-tool: [Errno 28] No space left on device: '/dev/full'"]
+      "xtr-tool: cannot write /dev/full: No space left on device; free space (or write "
+      "elsewhere) and rerun"
+  ]
 
 
 def _with_nan(params):
@@ -195,12 +205,14 @@ def test_a_checkpoint_with_nan_is_refused_naming_it_and_the_parameter(tmp_path, 
              "['projection']['kernel'] holds NaN or infinite values.")
   with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
     encoding.load_params(str(model))
-  process = run_tool("xtr.export", "--gin_file=gin/models/t5_1_1_tiny.gin",
+  process = run_tool("xtr.cli.export", "--gin_file=gin/models/t5_1_1_tiny.gin",
                      f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'", f"--checkpoint={model}",
                      f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}")
   assert process.returncode == 2
-  assert process.stderr.splitlines() == [f"xtr-tool: {message} Use another checkpoint (an "
-                                         "earlier step of the run)."]
+  assert process.stderr.splitlines() == [
+      f"xtr-tool: {message} Use another checkpoint (an "
+      "earlier step of the run)."
+  ]
 
 
 def test_check_finite_names_the_parameter():
@@ -224,6 +236,7 @@ def _pipe(tmp_path):
     while chunk := os.read(fd, 1 << 16):
       chunks.append(chunk)
     return b"".join(chunks).decode()
+
   try:
     yield pipe, read
   finally:
@@ -232,7 +245,7 @@ def _pipe(tmp_path):
 
 def test_a_pipe_is_written_in_place_not_replaced(tmp_path):
   with _pipe(tmp_path) as (pipe, read):
-    evaluation.write_json({"a": 1}, str(pipe))
+    io.write_results(str(pipe), {"a": 1})
     assert read() == '{\n  "a": 1\n}\n'
 
 
@@ -242,9 +255,9 @@ def test_dev_stdout_open_to_a_regular_file_is_written_not_replaced(tmp_path):
   out = tmp_path / "out.json"
   link = os.readlink("/dev/stdout")
   with open(out, "w") as stdout:
-    subprocess.run([sys.executable, "-c", "from xtr import evaluation; "
-                    "evaluation.write_json({'a': 1}, '/dev/stdout')"],
-                   stdout=stdout, check=True, cwd=REPO)
+    subprocess.run(
+        [sys.executable, "-c", "from xtr import io; "
+         "io.write_results('/dev/stdout', {'a': 1})"], stdout=stdout, check=True, cwd=REPO)
   assert json.loads(out.read_text()) == {"a": 1}
   assert os.readlink("/dev/stdout") == link
 
@@ -257,7 +270,7 @@ def test_a_symlink_planted_at_the_temporary_name_is_not_followed(tmp_path):
   planted.symlink_to(victim)
   with pytest.raises(FileExistsError, match=f"exists .*: nothing was written; remove it and "
                      f"rerun: '{planted}'"):
-    evaluation.write_json({"a": 1}, str(out))
+    io.write_results(str(out), {"a": 1})
   assert victim.read_text() == "precious\n" and out.read_text() == "old\n"
   assert planted.is_symlink()
 
@@ -268,18 +281,22 @@ def test_a_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch)
 
   def no_space(fd):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
   monkeypatch.setattr(os, "fsync", no_space)
-  with pytest.raises(OSError, match=f"No space left on device: '{out}'") as raised:
-    evaluation.write_trec_run({"q": {"d": 1.0}}, str(out), tag="t")
+  with pytest.raises(
+      OSError, match=f"^cannot write {out}: No space left on device; free space "
+      r"\(or write elsewhere\) and rerun$") as raised:
+    beir_eval.write_trec_run({"q": {"d": 1.0}}, str(out), tag="t")
   assert raised.value.errno == errno.ENOSPC
   assert out.read_text() == "old\n" and os.listdir(tmp_path) == ["results.json"]
-  assert cli.refusal_line(raised.value).endswith(f"No space left on device: '{out}'")
+  assert cli.refusal_line(raised.value).endswith(f"cannot write {out}: No space left on device; "
+                                                 "free space (or write elsewhere) and rerun")
 
 
 def test_refusal_lines_are_one_line():
   error = ValueError("Checkpoint does not fit:\n  missing tensor a\n  missing tensor b\n")
-  assert cli.refusal_line(error).split(": ", 1)[1] == (
-      "Checkpoint does not fit: missing tensor a missing tensor b")
+  assert cli.refusal_line(error).split(
+      ": ", 1)[1] == ("Checkpoint does not fit: missing tensor a missing tensor b")
 
 
 @pytest.mark.parametrize("name, content, message", [
@@ -289,17 +306,24 @@ def test_refusal_lines_are_one_line():
     ("q.jsonl", '{"_id": "1", "text": "a\\u0000b"}\n',
      r"q.jsonl:1: control character U\+0000 at character 2"),
 ])
-def test_control_characters_in_queries_are_refused_naming_file_and_line(tmp_path, name, content,
-                                                                        message):
+def test_control_characters_in_queries_are_refused_naming_file_and_line(
+    tmp_path, name, content, message):
   (tmp_path / name).write_text(content)
   with pytest.raises(ValueError, match=message):
     beir_files.read_queries(str(tmp_path / name))
 
 
 @pytest.mark.parametrize("name, content, expected", [
-    ("q.txt", "\ufeffvitamin c\nsugar\ttea\n", {"1": "vitamin c", "2": "sugar\ttea"}),
-    ("q.tsv", "\ufeffa\tvitamin c\n", {"a": "vitamin c"}),
-    ("q.jsonl", '\ufeff{"_id": "a", "text": "vitamin c"}\n', {"a": "vitamin c"}),
+    ("q.txt", "\ufeffvitamin c\nsugar\ttea\n", {
+        "1": "vitamin c",
+        "2": "sugar\ttea"
+    }),
+    ("q.tsv", "\ufeffa\tvitamin c\n", {
+        "a": "vitamin c"
+    }),
+    ("q.jsonl", '\ufeff{"_id": "a", "text": "vitamin c"}\n', {
+        "a": "vitamin c"
+    }),
 ])
 def test_a_leading_byte_order_mark_is_not_query_text(tmp_path, name, content, expected):
   (tmp_path / name).write_text(content, encoding="utf-8")
@@ -309,14 +333,15 @@ def test_a_leading_byte_order_mark_is_not_query_text(tmp_path, name, content, ex
 @pytest.mark.parametrize("name, value", [("batch_size", 0), ("doc_max_length", -1),
                                          ("query_max_length", 1e9)])
 def test_encoder_lengths_and_batch_size_of_gin_are_refused_naming_the_binding(name, value):
-  with pytest.raises(ValueError, match=rf"xtr.encoding.Encoder.{name} = {value!r}: expected a "
-                     "positive integer; check its gin binding."):
+  with pytest.raises(
+      ValueError, match=rf"xtr.models.encoding.Encoder.{name} = {value!r}: expected a "
+      "positive integer; check its gin binding."):
     encoding.Encoder(None, model=None, vocabulary=None, **{name: value})
 
 
 def test_every_console_script_is_probed():
   """Every console script of setup.py is among the probed modules, so each is shown to refuse
   through `cli.run` (one line, exit status 2)."""
-  scripts = re.findall(r'"xtr-[\w-]+=(xtr\.\w+):console_entry_point"',
+  scripts = re.findall(r'"xtr-[\w-]+=(xtr\.cli\.\w+):console_entry_point"',
                        (REPO / "setup.py").read_text())
   assert len(scripts) == 11 and set(scripts) == set(_CASES)

@@ -1,4 +1,5 @@
-"""Tests for xtr/data.py: batch contract, seeded shuffling, host sharding, iterator resume."""
+"""Tests for xtr/data/pipeline.py: batch contract, seeded shuffling, host sharding, iterator
+resume."""
 import pathlib
 
 import gin
@@ -7,8 +8,8 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from xtr import data
 from tests.test_tokenization import tf_ids
+from xtr.data import pipeline
 
 LENGTHS = {"query": 32, "positive": 256, "negative": 256}
 
@@ -23,7 +24,10 @@ def _data_paths(msmarco_triples_path, scifact_dir):
   gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
   gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
   gin.bind_parameter("tasks.register_tasks.mixtures",
-                     {"mixture": {"msmarco_triples": 1.0, "beir_pairs": 2.0}})
+                     {"mixture": {
+                         "msmarco_triples": 1.0,
+                         "beir_pairs": 2.0
+                     }})
   yield
   gin.clear_config()
 
@@ -47,8 +51,8 @@ def test_batches_are_the_encoded_rows(vocab, msmarco_triples_path, num_shards):
   batch_size = 8
   per_host = []
   for shard_id in range(num_shards):
-    ds = data.get_dataset("msmarco_triples", vocab, LENGTHS, batch_size, seed=0, shuffle=False,
-                          shard_id=shard_id, num_shards=num_shards)
+    ds = pipeline.get_dataset("msmarco_triples", vocab, LENGTHS, batch_size, seed=0, shuffle=False,
+                              shard_id=shard_id, num_shards=num_shards)
     per_host.append(_batches(ds.as_numpy_iterator(), 2))
   raw = _raw_triples(msmarco_triples_path)
   for shard_id, batches in enumerate(per_host):
@@ -58,12 +62,10 @@ def test_batches_are_the_encoded_rows(vocab, msmarco_triples_path, num_shards):
       assert batch["query_tokens"].shape == (batch_size, 32)
       assert batch["doc_tokens"].shape == (batch_size, 2, 256)
       assert batch["query_tokens"].dtype == batch["doc_tokens"].dtype == np.int32
-      np.testing.assert_array_equal(
-          batch["query_tokens"], tf_ids(vocab, [r[0] for r in part], 32))
+      np.testing.assert_array_equal(batch["query_tokens"], tf_ids(vocab, [r[0] for r in part], 32))
       for d in range(2):  # doc 0 is the positive, doc 1 the negative
-        np.testing.assert_array_equal(
-            batch["doc_tokens"][:, d],
-            tf_ids(vocab, [r[1 + d] for r in part], 256))
+        np.testing.assert_array_equal(batch["doc_tokens"][:, d],
+                                      tf_ids(vocab, [r[1 + d] for r in part], 256))
 
 
 def _split_triples(path: pathlib.Path, out_dir: pathlib.Path, num_files: int) -> list[str]:
@@ -85,8 +87,8 @@ def test_hosts_read_only_their_files(vocab, msmarco_triples_path, tmp_path):
   gin.bind_parameter("tasks.msmarco.triples_files.path", str(tmp_path / "triples-*.tsv"))
 
   def host(shard_id: int):
-    return data.get_dataset("msmarco_triples", vocab, LENGTHS, 10, seed=0, shuffle=False,
-                            shard_id=shard_id, num_shards=2).as_numpy_iterator()
+    return pipeline.get_dataset("msmarco_triples", vocab, LENGTHS, 10, seed=0, shuffle=False,
+                                shard_id=shard_id, num_shards=2).as_numpy_iterator()
 
   rows = [line.rstrip("\n").split("\t") for pair in zip(parts[0], parts[2]) for line in pair]
   queries = np.concatenate([b["query_tokens"] for b in _batches(host(0), 10)])
@@ -99,11 +101,11 @@ def test_hosts_read_only_their_files(vocab, msmarco_triples_path, tmp_path):
 def test_a_pattern_without_files_names_it(vocab, tmp_path):
   gin.bind_parameter("tasks.msmarco.triples_files.path", str(tmp_path / "missing-*.tsv"))
   with pytest.raises(ValueError, match="no file matches .*missing-\\*.tsv"):
-    data.get_dataset("msmarco_triples", vocab, LENGTHS, 10, seed=0)
+    pipeline.get_dataset("msmarco_triples", vocab, LENGTHS, 10, seed=0)
 
 
 def test_epochs_repeat_forever_without_remainders(vocab):
-  ds = data.get_dataset("msmarco_triples", vocab, LENGTHS, 32, seed=0, shuffle=False)
+  ds = pipeline.get_dataset("msmarco_triples", vocab, LENGTHS, 32, seed=0, shuffle=False)
   queries = [row for b in _batches(ds.as_numpy_iterator(), 25) for row in b["query_tokens"]]
   assert len(queries) == 800  # 8 epochs of 100 rows, epochs run into each other
   np.testing.assert_array_equal(queries[:100], queries[100:200])
@@ -112,22 +114,26 @@ def test_epochs_repeat_forever_without_remainders(vocab):
 
 @pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs", "mixture"])
 def test_shuffle_is_seeded(vocab, task_name):
+
   def first_batches(seed, shuffle=True):
-    ds = data.get_dataset(task_name, vocab, LENGTHS, 16, seed=seed, shuffle=shuffle,
-                          shuffle_buffer_size=64)
+    ds = pipeline.get_dataset(task_name, vocab, LENGTHS, 16, seed=seed, shuffle=shuffle,
+                              shuffle_buffer_size=64)
     return _batches(ds.as_numpy_iterator(), 3)
 
   _assert_same(first_batches(0), first_batches(0))
-  assert not np.array_equal(first_batches(0)[0]["query_tokens"],
-                            first_batches(1)[0]["query_tokens"])
-  assert not np.array_equal(first_batches(0)[0]["query_tokens"],
-                            first_batches(0, shuffle=False)[0]["query_tokens"])
+  assert not np.array_equal(
+      first_batches(0)[0]["query_tokens"],
+      first_batches(1)[0]["query_tokens"])
+  assert not np.array_equal(
+      first_batches(0)[0]["query_tokens"],
+      first_batches(0, shuffle=False)[0]["query_tokens"])
 
 
 @pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs", "mixture"])
 def test_iterator_checkpoint_resumes_exactly(vocab, tmp_path, task_name):
+
   def iterator():
-    return iter(data.get_dataset(task_name, vocab, LENGTHS, 16, seed=3, shuffle_buffer_size=64))
+    return iter(pipeline.get_dataset(task_name, vocab, LENGTHS, 16, seed=3, shuffle_buffer_size=64))
 
   it = iterator()
   _batches(it, 3)
@@ -140,5 +146,21 @@ def test_iterator_checkpoint_resumes_exactly(vocab, tmp_path, task_name):
 
 def test_feature_converter_needs_one_document_length():
   with pytest.raises(ValueError, match="positive and negative need one length"):
-    data.RetrievalFeatureConverter().get_model_feature_lengths(
-        {"query": 32, "positive": 256, "negative": 128})
+    pipeline.RetrievalFeatureConverter().get_model_feature_lengths({
+        "query": 32,
+        "positive": 256,
+        "negative": 128
+    })
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(batch_size=0), r"DatasetConfig.batch_size=0 must be positive"),
+    (dict(batch_size=16.0), r"DatasetConfig.batch_size = 16.0: expected int, got float"),
+    (dict(task_feature_lengths={
+        "query": 32,
+        "positive": 64
+    }), r"needs exactly query, positive"),
+])
+def test_dataset_config_refuses_bad_fields(fields, message):
+  with pytest.raises(ValueError, match=message):
+    pipeline.DatasetConfig(**fields)

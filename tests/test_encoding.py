@@ -5,10 +5,12 @@ import numpy as np
 
 from tests import retrieval_setup
 from xtr import cli
-from xtr import encoding
+from xtr.models import encoding
 
-TEXTS = ["0-dimensional biomaterials show inductive properties", "a", "stem cells",
-         "nanotechnologies to manipulate and track stem cells", "b c d", "magnetic nanoparticles"]
+TEXTS = [
+    "0-dimensional biomaterials show inductive properties", "a", "stem cells",
+    "nanotechnologies to manipulate and track stem cells", "b c d", "magnetic nanoparticles"
+]
 
 
 def test_batches_are_padded_to_power_of_two_rows_and_encode_as_one_batch(tmp_path, t5_spm_path):

@@ -1,4 +1,5 @@
-"""Tests of xtr/evaluation.py against plain-Python metrics, direct pytrec_eval and the raw files."""
+"""Tests of xtr/evaluation/beir_eval.py against plain-Python metrics, direct pytrec_eval and the
+raw files."""
 import csv
 import functools
 import json
@@ -9,16 +10,19 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from xtr import evaluation
+from xtr import io
+from xtr.evaluation import beir_eval
 
 
 def _trec_eval_ranking(docs: dict[str, float]) -> list[str]:
   """trec_eval's comp_sim_docno: sim descending, then strcmp(docno2, docno1) on the bytes."""
+
   def compare(a, b):
     if a[1] != b[1]:
       return -1 if a[1] > b[1] else 1
     x, y = a[0].encode("utf-8"), b[0].encode("utf-8")
     return (y > x) - (y < x)
+
   return [doc for doc, _ in sorted(docs.items(), key=functools.cmp_to_key(compare))]
 
 
@@ -26,16 +30,20 @@ def _naive_metrics(rels: dict[str, int], docs: dict[str, float], ndcg_k: int = 1
                    recall_k: int = 100, mrr_k: int = 10) -> dict[str, float]:
   """nDCG (gain = relevance, log2 discount, ideal DCG from the qrels), recall, MRR of one query."""
   ranking = _trec_eval_ranking(docs)
-  dcg = sum(rels.get(doc, 0) / math.log2(rank + 2) for rank, doc in enumerate(ranking[:ndcg_k])
-            if rels.get(doc, 0) > 0)
+  dcg = sum(
+      rels.get(doc, 0) / math.log2(rank + 2)
+      for rank, doc in enumerate(ranking[:ndcg_k])
+      if rels.get(doc, 0) > 0)
   ideal = sorted((r for r in rels.values() if r > 0), reverse=True)[:ndcg_k]
   ideal_dcg = sum(gain / math.log2(rank + 2) for rank, gain in enumerate(ideal))
   relevant = {doc for doc, r in rels.items() if r >= 1}
   found = len(relevant & set(ranking[:recall_k]))
   first = [rank for rank, doc in enumerate(ranking[:mrr_k], start=1) if doc in relevant]
-  return {f"ndcg@{ndcg_k}": dcg / ideal_dcg if ideal_dcg else 0.0,
-          f"recall@{recall_k}": found / len(relevant) if relevant else 0.0,
-          f"mrr@{mrr_k}": 1 / first[0] if first else 0.0}
+  return {
+      f"ndcg@{ndcg_k}": dcg / ideal_dcg if ideal_dcg else 0.0,
+      f"recall@{recall_k}": found / len(relevant) if relevant else 0.0,
+      f"mrr@{mrr_k}": 1 / first[0] if first else 0.0
+  }
 
 
 def _fixture() -> tuple[dict[str, dict[str, int]], dict[str, dict[str, float]]]:
@@ -43,22 +51,62 @@ def _fixture() -> tuple[dict[str, dict[str, int]], dict[str, dict[str, float]]]:
   nine = {f"n{i}": float(20 - i) for i in range(9)}  # ranks 1-9, all non-relevant
   qrels = {
       # "da" and "db" tie at ranks 10-11: trec_eval puts "db" first, so MRR@10 = 0.
-      "tie_lost": {"da": 1, "db": 0},
-      "tie_won": {"db": 1, "da": 0},
-      "graded": {"a": 2, "b": 1, "c": 1, "z": 0, "unretrieved": 2},
-      "not_in_run": {"a": 1},
-      "empty_run": {"a": 1},
-      "no_relevant": {"a": 0},
-      "self": {"a": 1},
+      "tie_lost": {
+          "da": 1,
+          "db": 0
+      },
+      "tie_won": {
+          "db": 1,
+          "da": 0
+      },
+      "graded": {
+          "a": 2,
+          "b": 1,
+          "c": 1,
+          "z": 0,
+          "unretrieved": 2
+      },
+      "not_in_run": {
+          "a": 1
+      },
+      "empty_run": {
+          "a": 1
+      },
+      "no_relevant": {
+          "a": 0
+      },
+      "self": {
+          "a": 1
+      },
   }
   run = {
-      "tie_lost": nine | {"da": 1.0, "db": 1.0},
-      "tie_won": nine | {"da": 1.0, "db": 1.0},
-      "graded": {"b": 3.0, "z": 2.5, "a": 2.5, "x": 2.5, "c": 0.5},
+      "tie_lost": nine | {
+          "da": 1.0,
+          "db": 1.0
+      },
+      "tie_won": nine | {
+          "da": 1.0,
+          "db": 1.0
+      },
+      "graded": {
+          "b": 3.0,
+          "z": 2.5,
+          "a": 2.5,
+          "x": 2.5,
+          "c": 0.5
+      },
       "empty_run": {},
-      "no_relevant": {"a": 1.0},
-      "self": {"self": 9.0, "b": 2.0, "a": 1.0},  # "self" (an identical id) is dropped
-      "not_in_qrels": {"a": 1.0},
+      "no_relevant": {
+          "a": 1.0
+      },
+      "self": {
+          "self": 9.0,
+          "b": 2.0,
+          "a": 1.0
+      },  # "self" (an identical id) is dropped
+      "not_in_qrels": {
+          "a": 1.0
+      },
   }
   rng = np.random.default_rng(0)
   for q in range(20):  # 150 docs (recall@100 cuts), scores on a 0.1 grid (many ties)
@@ -75,7 +123,7 @@ def _without_identical_ids(run):
 
 def test_metrics_match_naive_implementation():
   qrels, run = _fixture()
-  results = evaluation.evaluate(qrels, run)
+  results = beir_eval.evaluate(qrels, run)
   evaluated = [q for q in qrels if q in run]
   expected = {q: _naive_metrics(qrels[q], _without_identical_ids(run)[q]) for q in evaluated}
   assert results["per_query"].keys() == set(evaluated)
@@ -93,27 +141,29 @@ def test_metrics_match_naive_implementation():
 
 def test_other_cutoffs_match_naive_implementation():
   qrels, run = _fixture()
-  results = evaluation.evaluate(qrels, run, ndcg_at=(3, 100), recall_at=(5, 100), mrr_at=(1, 20))
+  results = beir_eval.evaluate(qrels, run, ndcg_at=(3, 100), recall_at=(5, 100), mrr_at=(1, 20))
   for q, values in results["per_query"].items():
     docs = _without_identical_ids(run)[q]
-    expected = (_naive_metrics(qrels[q], docs, ndcg_k=3, recall_k=5, mrr_k=1)
-                | _naive_metrics(qrels[q], docs, ndcg_k=100, recall_k=100, mrr_k=20))
+    expected = (_naive_metrics(qrels[q], docs, ndcg_k=3, recall_k=5, mrr_k=1) |
+                _naive_metrics(qrels[q], docs, ndcg_k=100, recall_k=100, mrr_k=20))
     assert values == pytest.approx(expected, rel=1e-12, abs=1e-15), q
 
 
 @pytest.mark.parametrize("ignore_identical_ids", [True, False])
 def test_metrics_match_direct_pytrec_eval(ignore_identical_ids):
   qrels, run = _fixture()
-  results = evaluation.evaluate(qrels, run, ignore_identical_ids=ignore_identical_ids)
+  results = beir_eval.evaluate(qrels, run, ignore_identical_ids=ignore_identical_ids)
   trec_run = _without_identical_ids(run) if ignore_identical_ids else run
   direct = pytrec_eval.RelevanceEvaluator(
       qrels, {"ndcg_cut.10", "recall.100", "recip_rank"}).evaluate(trec_run)
   assert results["per_query"].keys() == direct.keys()
   for q, values in direct.items():
     rr = values["recip_rank"]  # 1 / rank of the first relevant doc over the whole ranking
-    assert results["per_query"][q] == {"ndcg@10": values["ndcg_cut_10"],
-                                       "recall@100": values["recall_100"],
-                                       "mrr@10": rr if rr >= 0.1 else 0.0}
+    assert results["per_query"][q] == {
+        "ndcg@10": values["ndcg_cut_10"],
+        "recall@100": values["recall_100"],
+        "mrr@10": rr if rr >= 0.1 else 0.0
+    }
   # BEIR's EvaluateRetrieval: sum over pytrec_eval's queries / their number.
   beir_ndcg = sum(values["ndcg_cut_10"] for values in direct.values()) / len(direct)
   assert results["ndcg@10"] == pytest.approx(beir_ndcg, rel=1e-12)
@@ -122,23 +172,24 @@ def test_metrics_match_direct_pytrec_eval(ignore_identical_ids):
 
 def test_identical_ids_change_the_ranking():
   qrels, run = _fixture()
-  kept = evaluation.evaluate(qrels, run, ignore_identical_ids=False)["per_query"]["self"]
+  kept = beir_eval.evaluate(qrels, run, ignore_identical_ids=False)["per_query"]["self"]
   assert kept == pytest.approx({"ndcg@10": 1 / math.log2(4), "recall@100": 1.0, "mrr@10": 1 / 3})
 
 
 def test_evaluate_rejects_nan_and_runs_without_judged_queries():
   with pytest.raises(ValueError, match="query 'q', doc 'd': score is NaN"):
-    evaluation.evaluate({"q": {"d": 1}}, {"q": {"d": float("nan")}})
+    beir_eval.evaluate({"q": {"d": 1}}, {"q": {"d": float("nan")}})
   with pytest.raises(ValueError, match="No query is in both"):
-    evaluation.evaluate({"q": {"d": 1}}, {"other": {"d": 1.0}})
+    beir_eval.evaluate({"q": {"d": 1}}, {"other": {"d": 1.0}})
 
 
 def test_load_beir_scifact_matches_raw_files(scifact_dir):
-  data = evaluation.load_beir(scifact_dir, "test")
+  data = beir_eval.load_beir(scifact_dir, "test")
 
   def read(name):
     with open(scifact_dir / name, encoding="utf-8") as f:
       return [json.loads(line) for line in f]
+
   corpus, queries = read("corpus.jsonl"), {q["_id"]: q["text"] for q in read("queries.jsonl")}
   with open(scifact_dir / "qrels" / "test.tsv", encoding="utf-8") as f:
     rows = list(csv.DictReader(f, delimiter="\t"))
@@ -159,19 +210,18 @@ def _write_beir(tmp_path, qrels_rows: list[str]):
     (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
   (tmp_path / "qrels").mkdir()
   (tmp_path / "qrels" / "test.tsv").write_text(
-      "query-id\tcorpus-id\tscore\n" + "".join(row + "\n" for row in qrels_rows),
-      encoding="utf-8")
+      "query-id\tcorpus-id\tscore\n" + "".join(row + "\n" for row in qrels_rows), encoding="utf-8")
 
 
 def test_load_beir_rejects_qrels_doc_missing_from_corpus(tmp_path):
   _write_beir(tmp_path, ["q1\td1\t1", "q2\tdX\t1"])
   with pytest.raises(ValueError, match=r"qrels/test.tsv:3: corpus-id 'dX' is not in corpus.jsonl"):
-    evaluation.load_beir(tmp_path, "test")
+    beir_eval.load_beir(tmp_path, "test")
 
 
 def test_load_beir_counts_queries_without_qrels(tmp_path, caplog):
   _write_beir(tmp_path, ["q2\td2\t1", "q1\td1\t0"])
-  data = evaluation.load_beir(tmp_path, "test")
+  data = beir_eval.load_beir(tmp_path, "test")
   assert data.query_ids == ("q2", "q1") and data.queries == ("query 2", "query 1")
   assert data.qrels == {"q2": {"d2": 1}, "q1": {"d1": 0}}
   assert data.docs == ("T one", "two")
@@ -183,16 +233,15 @@ def test_trec_run_round_trip(tmp_path):
   qrels, run = _fixture()
   run["graded"]["f32"] = float(np.float32(0.1))
   path = tmp_path / "run.trec"
-  evaluation.write_trec_run(run, path, tag="xtr")
+  beir_eval.write_trec_run(run, path, tag="xtr")
   run.pop("empty_run")  # a query without documents has no line
-  assert evaluation.read_trec_run(path) == run
+  assert beir_eval.read_trec_run(path) == run
   lines = path.read_text(encoding="utf-8").splitlines()
   assert lines[9:11] == ["tie_lost Q0 db 10 1.0 xtr", "tie_lost Q0 da 11 1.0 xtr"]
   graded = [line.split() for line in lines if line.startswith("graded ")]
   assert [row[2] for row in graded] == _trec_eval_ranking(run["graded"])
   assert [row[3] for row in graded] == [str(rank) for rank in range(1, len(graded) + 1)]
-  assert evaluation.evaluate(qrels, evaluation.read_trec_run(path)) == evaluation.evaluate(
-      qrels, run)
+  assert beir_eval.evaluate(qrels, beir_eval.read_trec_run(path)) == beir_eval.evaluate(qrels, run)
 
 
 @pytest.mark.parametrize("existing", [True, False])
@@ -202,9 +251,9 @@ def test_writers_leave_no_partial_file(tmp_path, existing):
     path.write_text("old\n", encoding="utf-8")
   bad_run = {"q1": {"d1": 1.0, "d2": 0.5}, "q2": {"bad doc": 1.0}}  # fails after q1's lines
   with pytest.raises(ValueError, match="query 'q2': doc id 'bad doc'"):
-    evaluation.write_trec_run(bad_run, path, tag="xtr")
+    beir_eval.write_trec_run(bad_run, path, tag="xtr")
   with pytest.raises(ValueError, match="Out of range float"):
-    evaluation.write_json({"ndcg@10": 0.5, "per_query": {"q": float("nan")}}, path)
+    io.write_results(path, {"ndcg@10": 0.5, "per_query": {"q": float("nan")}})
   assert os.listdir(tmp_path) == (["out"] if existing else [])
   if existing:
     assert path.read_text(encoding="utf-8") == "old\n"
@@ -212,8 +261,8 @@ def test_writers_leave_no_partial_file(tmp_path, existing):
 
 def test_write_json_round_trip(tmp_path):
   qrels, run = _fixture()
-  results = evaluation.evaluate(qrels, run)
-  evaluation.write_json(results, tmp_path / "results.json")
+  results = beir_eval.evaluate(qrels, run)
+  io.write_results(tmp_path / "results.json", results)
   assert json.loads((tmp_path / "results.json").read_text(encoding="utf-8")) == results
 
 
@@ -228,4 +277,4 @@ def test_read_trec_run_names_bad_line(tmp_path, line, error):
   path = tmp_path / "run.trec"
   path.write_text(f"q0 Q0 d0 1 1.0 t\n{line}\n", encoding="utf-8")
   with pytest.raises(ValueError, match=f"run.trec:2: {error}"):
-    evaluation.read_trec_run(path)
+    beir_eval.read_trec_run(path)

@@ -13,12 +13,12 @@ import sys
 import gin
 import pytest
 
-import xtr
 from tests.retrieval_setup import REPO
+import xtr
 
 # The tools whose --help examples a newcomer copies (module docstrings).
-TOOLS = sorted(p.stem for p in (REPO / "xtr").glob("*.py")
-               if "def console_entry_point" in p.read_text())
+TOOLS = sorted(
+    p.stem for p in (REPO / "xtr").glob("*.py") if "def console_entry_point" in p.read_text())
 # What the First run creates: paths under it in --help examples need not exist before.
 FIRST_RUN_OUTPUTS = "runs/smoke"
 # Flags that name what a command reads.
@@ -54,11 +54,13 @@ def test_smoke_config_names_only_paths_inside_the_repository():
 def test_smoke_config_trains_on_the_bundled_data(tmp_path):
   """`make smoke`'s run, 2 steps: the bundled SciFact pairs tokenized with the bundled T5
   vocabulary train the tiny T5 and leave a checkpoint."""
-  run = subprocess.run(
-      [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke.gin",
-       f"--gin_bindings=MODEL_DIR = '{tmp_path}'", "--gin_bindings=trainer.train.num_steps = 2",
-       "--gin_bindings=trainer.train.log_every_steps = 1"],
-      capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  run = subprocess.run([
+      sys.executable, "-m", "xtr.cli.train", "--gin_file=gin/runs/smoke.gin",
+      f"--gin_bindings=MODEL_DIR = '{tmp_path}'", "--gin_bindings=trainer.train.num_steps = 2",
+      "--gin_bindings=trainer.train.log_every_steps = 1"
+  ], capture_output=True, text=True, cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, check=True)
   losses = [float(x) for x in re.findall(r"\| loss ([0-9.]+) \|", run.stdout)]
   assert len(losses) == 2 and all(0 < loss < 10 for loss in losses), run.stdout
   assert (tmp_path / "checkpoints" / "2").is_dir()
@@ -93,7 +95,9 @@ def test_readme_first_run_searcher_snippet_runs(exported, tmp_path):
   shutil.copytree(exported[0], tmp_path / "runs/smoke")
   shutil.copytree(exported[1], tmp_path / "runs/smoke/index")
   process = subprocess.run([sys.executable, "-c", snippets[0]], capture_output=True, text=True,
-                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+                           cwd=tmp_path, env={
+                               **os.environ, "PYTHONPATH": str(REPO)
+                           })
   assert process.returncode == 0, process.stderr
   expected = xtr.Searcher(str(exported[1]), str(exported[0])).search(["what causes scurvy"],
                                                                      top_k=3)[0]
@@ -115,7 +119,7 @@ def test_first_run_commands_use_only_the_repository():
 def _search_with_stdin_of(stdin_is_terminal: bool) -> str:
   """xtr-search's stderr, given one query on a terminal (a pty) or a pipe; the index does not
   exist, so it stops once the queries are read."""
-  code = ("import sys; sys.argv = ['xtr-search', *sys.argv[1:]]; from xtr import search; "
+  code = ("import sys; sys.argv = ['xtr-search', *sys.argv[1:]]; from xtr.cli import search; "
           "search.console_entry_point()")
   command = [sys.executable, "-c", code, "--index=/nonexistent", "--checkpoint=/nonexistent"]
   if not stdin_is_terminal:
@@ -147,13 +151,13 @@ def test_a_second_process_reuses_the_first_ones_compilations(exported, tmp_path)
   """The first xtr-search fills the default cache ($XDG_CACHE_HOME/xtr/jax); a second one,
   given that directory, takes every program it compiles from it (JAX logs each compilation and
   each cache hit) and writes nothing; --compilation_cache=off writes no cache."""
+
   def search(xdg: pathlib.Path, *flags: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_CACHE_HOME": str(xdg), "JAX_LOG_COMPILES": "1", "XLA_FLAGS": ""}
-    return subprocess.run(
-        [sys.executable, "-m", "xtr.search", f"--index={exported[1]}",
-         f"--checkpoint={exported[0]}", "--top_k=3", *flags],
-        input="what causes scurvy\n", capture_output=True, text=True, cwd=REPO, env=env,
-        check=True)
+    return subprocess.run([
+        sys.executable, "-m", "xtr.cli.search", f"--index={exported[1]}",
+        f"--checkpoint={exported[0]}", "--top_k=3", *flags
+    ], input="what causes scurvy\n", capture_output=True, text=True, cwd=REPO, env=env, check=True)
 
   cache = tmp_path / "xdg/xtr/jax"
   first = search(tmp_path / "xdg")

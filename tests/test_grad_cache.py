@@ -6,25 +6,27 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xtr import grad_cache
-from xtr import models
-from xtr import objective
-from xtr import partitioning
-from xtr import salience
-from xtr import t5
-from xtr import trainer
+from xtr.models import salience
+from xtr.models import t5
+from xtr.models import xtr_encoder
+from xtr.training import grad_cache
+from xtr.training import objective
+from xtr.training import partitioning
+from xtr.training import trainer
 
-DROPOUT = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=1, head_dim=8,
-                      mlp_dim=64, dropout_rate=0.3)
+DROPOUT = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=1, head_dim=8, mlp_dim=64,
+                      dropout_rate=0.3)
 B, K, LQ, LD = 4, 2, 6, 10
 
 
 def _setup(seed: int = 0, gate: salience.Salience | None = None):
-  model = models.XTREncoder(backbone=t5.T5Encoder(DROPOUT), embed_dim=16, salience=gate)
+  model = xtr_encoder.XTREncoder(backbone=t5.T5Encoder(DROPOUT), embed_dim=16, salience=gate)
   params = model.init(jax.random.key(seed), jnp.ones((1, 8), jnp.int32))["params"]
   rng = np.random.default_rng(seed)
-  batch = {"query_tokens": rng.integers(1, 512, (B, LQ)).astype(np.int32),
-           "doc_tokens": rng.integers(1, 512, (B, K, LD)).astype(np.int32)}
+  batch = {
+      "query_tokens": rng.integers(1, 512, (B, LQ)).astype(np.int32),
+      "doc_tokens": rng.integers(1, 512, (B, K, LD)).astype(np.int32)
+  }
   return model, nn.meta.unbox(params), batch
 
 
@@ -33,8 +35,8 @@ def test_micro_batched_gradient_with_dropout_equals_autodiff(scoring):
   """Micro-batch i encodes with fold_in(key, i) in both passes; autodiff of that function (all
   activations kept) is the reference. Under "aligner" the gradient also flows through the
   saliences into the salience heads."""
-  model, params, batch = _setup(gate=salience.Salience(epsilon=0.05) if scoring == "aligner"
-                                else None)
+  model, params, batch = _setup(gate=salience.Salience(
+      epsilon=0.05) if scoring == "aligner" else None)
   mesh = partitioning.make_mesh(devices=jax.devices()[:1])
   encode = trainer.encoder(model)
   rngs = trainer.dropout_rngs(0, jnp.int32(3))
@@ -48,24 +50,24 @@ def test_micro_batched_gradient_with_dropout_equals_autodiff(scoring):
     encoded = [(encode(params, batch["query_tokens"][i * micro:(i + 1) * micro],
                        jax.random.fold_in(rngs[0], i), "query"),
                 encode(params, doc_tokens[i * micro * K:(i + 1) * micro * K],
-                       jax.random.fold_in(rngs[1], i), "document"))
-               for i in range(B // micro)]
-    queries, docs = [jax.tree.map(lambda *parts: jnp.concatenate(parts), *side)
-                     for side in zip(*encoded)]
+                       jax.random.fold_in(rngs[1], i), "document")) for i in range(B // micro)]
+    queries, docs = [
+        jax.tree.map(lambda *parts: jnp.concatenate(parts), *side) for side in zip(*encoded)
+    ]
     return loss(queries, docs)
 
   with jax.set_mesh(mesh):
-    (value, metrics), grads = jax.jit(lambda p: grad_cache.value_and_grad(
-        encode, loss, p, batch, micro, mesh, rngs))(params)
-    (ref_value, ref_metrics), ref_grads = jax.jit(
-        jax.value_and_grad(reference, has_aux=True))(params)
-    whole_batch_masks, _ = jax.jit(lambda p: loss(
-        encode(p, batch["query_tokens"], rngs[0], "query"),
-        encode(p, doc_tokens, rngs[1], "document")))(params)
+    (value, metrics), grads = jax.jit(
+        lambda p: grad_cache.value_and_grad(encode, loss, p, batch, micro, mesh, rngs))(params)
+    (ref_value, ref_metrics), ref_grads = jax.jit(jax.value_and_grad(reference,
+                                                                     has_aux=True))(params)
+    whole_batch_masks, _ = jax.jit(
+        lambda p: loss(encode(p, batch["query_tokens"], rngs[0], "query"),
+                       encode(p, doc_tokens, rngs[1], "document")))(params)
   np.testing.assert_allclose(value, ref_value, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), metrics, ref_metrics)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
-               grads, ref_grads)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), grads,
+               ref_grads)
   assert abs(whole_batch_masks - value) > 1e-4  # the test sees which dropout masks are drawn
   if scoring == "aligner":  # the salience heads learn
     assert np.abs(grads["document_salience"]["kernel"]).max() > 1e-4
@@ -79,8 +81,9 @@ def test_queries_and_documents_draw_separate_dropout_keys():
   encode = trainer.encoder(model)
   query_rng, doc_rng = trainer.dropout_rngs(0, jnp.int32(7))
   again = trainer.dropout_rngs(0, jnp.int32(7))
-  assert all(jnp.array_equal(jax.random.key_data(a), jax.random.key_data(b))
-             for a, b in zip((query_rng, doc_rng), again))
+  assert all(
+      jnp.array_equal(jax.random.key_data(a), jax.random.key_data(b))
+      for a, b in zip((query_rng, doc_rng), again))
   tokens = np.random.default_rng(1).integers(1, 512, (4, LD)).astype(np.int32)
   as_query = encode(params, tokens, query_rng, "query")[0]
   as_document = encode(params, tokens, doc_rng, "document")[0]
@@ -95,5 +98,4 @@ def test_micro_batch_size_must_fit_the_batch_and_mesh(micro_batch_size):
   model, params, batch = _setup()
   mesh = partitioning.make_mesh(devices=jax.devices()[:2])
   with pytest.raises(ValueError, match=f"micro_batch_size={micro_batch_size} must divide"):
-    grad_cache.value_and_grad(trainer.encoder(model), None, params, batch, micro_batch_size,
-                              mesh)
+    grad_cache.value_and_grad(trainer.encoder(model), None, params, batch, micro_batch_size, mesh)

@@ -16,11 +16,11 @@ import gin
 import numpy as np
 import pytest
 
-from xtr import retrieval
 from xtr.index import files
 from xtr.index import reader
 from xtr.index import scann
 from xtr.index import writer as index_writer
+from xtr.retrieval import ranker
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MODEL = {"backbone": "t5", "embed_dim": 32}  # Stored, not read: search reads it (test_retrieval).
@@ -28,8 +28,12 @@ FINGERPRINT = "ckpt-1234"
 
 
 def _corpus(num_docs: int, first: int = 0, total: int | None = None) -> dict:
-  return {"path": "corpus.jsonl", "sha256": "c0ffee", "docs": [first, first + num_docs],
-          "total_docs": num_docs if total is None else total}
+  return {
+      "path": "corpus.jsonl",
+      "sha256": "c0ffee",
+      "docs": [first, first + num_docs],
+      "total_docs": num_docs if total is None else total
+  }
 
 
 def _integer_docs(num_docs: int, dim: int = 32, seed: int = 0) -> list[np.ndarray]:
@@ -59,16 +63,15 @@ def _write_chunks(writer: index_writer.IndexWriter, doc_ids, docs, docs_per_chun
 
 
 def _export(path, doc_ids, docs, docs_per_chunk=4, dtype="float32", **settings) -> dict:
-  writer = _new_writer(path, len(doc_ids), docs[0].shape[1], dtype,
-                       docs_per_chunk=docs_per_chunk, **settings)
+  writer = _new_writer(path, len(doc_ids), docs[0].shape[1], dtype, docs_per_chunk=docs_per_chunk,
+                       **settings)
   _write_chunks(writer, doc_ids, docs, docs_per_chunk)
   return writer.finalize()
 
 
 def _files(root) -> dict[str, bytes]:
   root = pathlib.Path(root)
-  return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-          if p.is_file()}
+  return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def _numpy_search(queries, docs, k):
@@ -82,8 +85,8 @@ def _numpy_search(queries, docs, k):
   scores = (queries.astype(np.float64) @ tokens.astype(np.float64).T).astype(np.float32)
   order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
   pad = ((0, 0), (0, max(0, k - tokens.shape[0])))
-  return (np.pad(np.take_along_axis(scores, order, 1), pad, constant_values=-np.inf),
-          np.pad(token_doc[order], pad, constant_values=-1),
+  return (np.pad(np.take_along_axis(scores, order, 1), pad,
+                 constant_values=-np.inf), np.pad(token_doc[order], pad, constant_values=-1),
           np.pad(token_position[order], pad, constant_values=-1))
 
 
@@ -124,15 +127,16 @@ def test_shipped_scann_settings_size_the_tree_and_find_the_tokens(tmp_path, gin_
     gin.parse_config_file(str(gin_file))
   try:
     config = scann.ScannConfig()
-    manifest = _export(tmp_path, _ids(len(vectors)), list(vectors[:, None]),
-                       docs_per_chunk=10_000)
+    manifest = _export(tmp_path, _ids(len(vectors)), list(vectors[:, None]), docs_per_chunk=10_000)
   finally:
     gin.clear_config()
   assert config != scann.ScannConfig()
   assert manifest["scann"] == dataclasses.asdict(config) | {
       "scoring": "asymmetric_hashing",
-      "num_leaves": min(config.num_leaves, math.ceil(config.leaves_factor * 30_000 ** 0.5)),
-      "num_leaves_to_search": config.num_leaves_to_search, "training_sample_size": 30_000}
+      "num_leaves": min(config.num_leaves, math.ceil(config.leaves_factor * 30_000**0.5)),
+      "num_leaves_to_search": config.num_leaves_to_search,
+      "training_sample_size": 30_000
+  }
   k_prime = 100
   true_top = np.argsort(-(queries @ vectors.T), axis=1)[:, :k_prime]
   _, docs = reader.open_index(str(tmp_path)).search(queries, k_prime, searcher="scann")
@@ -151,8 +155,12 @@ def test_bruteforce_equals_numpy(tmp_path, dtype):
 
 
 @pytest.mark.parametrize("searcher", ["scann", "bruteforce"])
-@pytest.mark.parametrize("num_docs, scoring", [(1, "brute_force"),  # 11 tokens
-                                               (3, "asymmetric_hashing")])  # 26 tokens
+@pytest.mark.parametrize(
+    "num_docs, scoring",
+    [
+        (1, "brute_force"),  # 11 tokens
+        (3, "asymmetric_hashing")
+    ])  # 26 tokens
 def test_pads_when_k_prime_exceeds_tokens(tmp_path, searcher, num_docs, scoring):
   docs = _integer_docs(num_docs)
   assert _export(tmp_path, _ids(num_docs), docs)["scann"]["scoring"] == scoring
@@ -175,8 +183,8 @@ def test_scann_config_from_gin_with_reordering(tmp_path):
     settings = _export(tmp_path, _ids(9), docs)["scann"]
   finally:
     gin.clear_config()
-  assert (settings["num_leaves"], settings["num_leaves_to_search"], settings["reorder_k"]) == (
-      3, 3, 20)
+  assert (settings["num_leaves"], settings["num_leaves_to_search"], settings["reorder_k"]) == (3, 3,
+                                                                                               20)
   # Reordering rescores exactly: each score is the dot product with a token of the doc returned.
   queries = np.random.default_rng(1).integers(-8, 9, (5, 32)).astype(np.float32)
   scores, doc_index = reader.open_index(str(tmp_path)).search(queries, 30, "scann")
@@ -198,12 +206,14 @@ def test_searching_every_scann_leaf_finds_at_least_what_one_leaf_finds(tmp_path)
   index = reader.open_index(str(tmp_path))
   queries = _clustered(50, seed=1000)
   exact = index.search_tokens(queries, 20, "bruteforce")
-  recall = lambda leaves: np.mean([len({*zip(*a)} & {*zip(*b)}) / 20 for a, b in zip(
-      zip(*index.search_tokens(queries, 20, "scann", leaves)[1:]), zip(*exact[1:]))])
+  recall = lambda leaves: np.mean([
+      len({*zip(*a)} & {*zip(*b)}) / 20
+      for a, b in zip(zip(*index.search_tokens(queries, 20, "scann", leaves)[1:]), zip(*exact[1:]))
+  ])
   assert recall(1) < recall(None) < recall(30)
   assert recall(30) > 0.9
   with pytest.raises(ValueError, match="leaves_to_search must be positive"):
-    retrieval.SearchConfig(leaves_to_search=0)
+    ranker.SearchConfig(leaves_to_search=0)
 
 
 def test_doc_vectors_gathers_written_vectors(tmp_path):
@@ -278,8 +288,8 @@ def test_export_killed_with_sigkill_resumes_to_identical_files(tmp_path):
   reference = tmp_path / "reference"
   _export(reference, doc_ids, docs, dtype="float16")
   out = tmp_path / "killed"
-  process = subprocess.run([sys.executable, "-c", _KILLED_EXPORT, str(out)], cwd=REPO,
-                           capture_output=True, check=False)
+  process = subprocess.run(
+      [sys.executable, "-c", _KILLED_EXPORT, str(out)], cwd=REPO, capture_output=True, check=False)
   assert process.returncode == -signal.SIGKILL, process.stderr.decode()[-2000:]
   assert not (out / files.MANIFEST).exists()
   assert (out / "chunks/vectors-00002.npy").exists()  # chunk 2 is half done:
@@ -296,8 +306,9 @@ def test_export_killed_with_sigkill_resumes_to_identical_files(tmp_path):
   assert _files(out) == _files(reference)  # byte-identical, ScaNN included
   queries = np.random.default_rng(1).integers(-8, 9, (8, 32)).astype(np.float32)
   for searcher in ("scann", "bruteforce"):
-    for got, expected in zip(reader.open_index(str(out)).search(queries, 10, searcher),
-                             reader.open_index(str(reference)).search(queries, 10, searcher)):
+    for got, expected in zip(
+        reader.open_index(str(out)).search(queries, 10, searcher),
+        reader.open_index(str(reference)).search(queries, 10, searcher)):
       np.testing.assert_array_equal(got, expected)
 
 
@@ -418,9 +429,12 @@ def test_shards_must_be_a_complete_consistent_set(tmp_path):
   _export(shard(2), _ids(3, "b"), docs[4:], first_doc=4, total_docs=7)
   with pytest.raises(ValueError, match=r"missing \['shard-00001-of-00003'\]"):
     reader.open_index(str(tmp_path))
-  for problem, kwargs in ((r"differs .* in fingerprint", {"fingerprint": "other-checkpoint"}),
-                          (r"holds corpus documents \[2, 3\], expected \[3, 4\]: the shards do "
-                           "not tile one corpus", {"first_doc": 2})):
+  for problem, kwargs in ((r"differs .* in fingerprint", {
+      "fingerprint": "other-checkpoint"
+  }), (r"holds corpus documents \[2, 3\], expected \[3, 4\]: the shards do "
+       "not tile one corpus", {
+           "first_doc": 2
+       })):
     shutil.rmtree(shard(1), ignore_errors=True)
     writer = _new_writer(shard(1), 1, total_docs=7, **{"first_doc": 3, **kwargs})
     writer.write_chunk(0, ["c"], [docs[0]])  # (docs[3] is empty)
@@ -441,8 +455,8 @@ def test_searching_an_index_imports_neither_tensorflow_nor_scann_package(tmp_pat
             f"s, d = i.search(np.load({str(tmp_path / 'queries.npy')!r}), 10); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'tensorflow', 'seqio', 'scann'})); print(d.tolist())")
-  done = subprocess.run([sys.executable, "-c", search], capture_output=True, text=True,
-                        check=True, cwd=REPO)
+  done = subprocess.run([sys.executable, "-c", search], capture_output=True, text=True, check=True,
+                        cwd=REPO)
   imported, found = done.stdout.splitlines()
   assert imported == "[]"
   assert found == str(reader.open_index(str(tmp_path)).search(queries, 10)[1].tolist())

@@ -18,14 +18,20 @@ from scann.scann_ops.py import scann_ops_pybind
 
 from tests import test_index
 from tests.retrieval_setup import run_tool
-from tests.test_index import REPO, _export, _files, _ids, _integer_docs, _new_writer, _write_chunks
-from xtr import fileio
-from xtr import searcher
+from tests.test_index import REPO
+from tests.test_index import _export
+from tests.test_index import _files
+from tests.test_index import _ids
+from tests.test_index import _integer_docs
+from tests.test_index import _new_writer
+from tests.test_index import _write_chunks
+from xtr import io
 from xtr.index import files
-from xtr.index import scann
 from xtr.index import reader
+from xtr.index import scann
 from xtr.index import verify
 from xtr.index import writer as index_writer
+from xtr.retrieval import searcher
 
 QUERIES = np.random.default_rng(1).integers(-8, 9, (6, 32)).astype(np.float32)
 
@@ -62,8 +68,8 @@ def test_pickled_doc_ids_are_refused_and_never_loaded(tmp_path):
   with pytest.raises(files.DamagedIndexError, match=r"does not list: \['scann_docids.pkl'\]"):
     reader.open_index(str(path)).search(QUERIES, 5, "scann")
   # ... and stays refused when a hostile manifest lists it with its true checksum.
-  _edit_manifest(path, lambda m: m["files"].update(
-      {"scann/scann_docids.pkl": files.record(str(pkl))}))
+  _edit_manifest(path,
+                 lambda m: m["files"].update({"scann/scann_docids.pkl": files.record(str(pkl))}))
   with pytest.raises(files.DamagedIndexError, match=r"lists \['scann_docids.pkl'\].* never"):
     reader.open_index(str(path)).search(QUERIES, 5, "scann")
   assert not marker.exists()
@@ -73,10 +79,11 @@ def test_scann_assets_outside_the_listed_files_are_refused(tmp_path):
   path = _index(tmp_path / "index")
   assets = path / "scann" / "scann_assets.pbtxt"
   assets.write_text(assets.read_text().replace('"hashed_dataset.npy"', '"../../elsewhere.npy"'))
-  _edit_manifest(path, lambda m: m["files"].update(
-      {"scann/scann_assets.pbtxt": files.record(str(assets))}))
-  with pytest.raises(files.DamagedIndexError, match=r"names files that the manifest does not "
-                     r"list: \['../../elsewhere.npy'\]"):
+  _edit_manifest(
+      path, lambda m: m["files"].update({"scann/scann_assets.pbtxt": files.record(str(assets))}))
+  with pytest.raises(
+      files.DamagedIndexError, match=r"names files that the manifest does not "
+      r"list: \['../../elsewhere.npy'\]"):
     reader.open_index(str(path)).search(QUERIES, 5, "scann")
 
 
@@ -84,7 +91,10 @@ def test_scann_assets_outside_the_listed_files_are_refused(tmp_path):
     ("field 'files' is missing", lambda m: m.pop("files")),
     ("field 'dim' is missing or not a int", lambda m: m.update(dim="32")),
     (r"files: '../outside.npy' is not a path inside the index",
-     lambda m: m["files"].update({"../outside.npy": {"sha256": "0", "size": 1}})),
+     lambda m: m["files"].update({"../outside.npy": {
+         "sha256": "0",
+         "size": 1
+     }})),
 ])
 def test_malformed_manifests_are_refused_naming_the_field(tmp_path, problem, edit):
   path = _index(tmp_path / "index")
@@ -199,11 +209,15 @@ def test_resumed_export_refuses_another_corpus_or_range(tmp_path):
   corpus = {"path": "corpus.jsonl", "sha256": "c0ffee", "docs": [0, 8], "total_docs": 8}
   for other in ({"sha256": "beef"}, {"docs": [0, 7]}):
     with pytest.raises(ValueError, match=r"other settings \(corpus differ"):
-      index_writer.IndexWriter(str(tmp_path), 32, "float32", {"backbone": "t5", "embed_dim": 32},
-                               "ckpt-1234", 4, corpus | other)
+      index_writer.IndexWriter(str(tmp_path), 32, "float32", {
+          "backbone": "t5",
+          "embed_dim": 32
+      }, "ckpt-1234", 4, corpus | other)
   moved = corpus | {"path": "/elsewhere/corpus.jsonl"}  # the same file, moved: resumes
-  index_writer.IndexWriter(str(tmp_path), 32, "float32", {"backbone": "t5", "embed_dim": 32},
-                           "ckpt-1234", 4, moved).finalize()
+  index_writer.IndexWriter(str(tmp_path), 32, "float32", {
+      "backbone": "t5",
+      "embed_dim": 32
+  }, "ckpt-1234", 4, moved).finalize()
 
 
 _HOLD_LOCK = """
@@ -216,12 +230,14 @@ time.sleep(600)
 
 
 def test_a_second_export_is_refused_and_a_killed_one_leaves_no_stuck_lock(tmp_path):
-  holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(tmp_path)], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True)
+  holder = subprocess.Popen(
+      [sys.executable, "-c", _HOLD_LOCK, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+      text=True)
   try:
     assert holder.stdout.readline().strip() == "locked"
-    with pytest.raises(fileio.LockedError, match=rf"being written by another export \(export "
-                       rf"by process {holder.pid} on .*\); wait for it"):
+    with pytest.raises(
+        io.LockedError, match=rf"being written by another export \(export "
+        rf"by process {holder.pid} on .*\); wait for it"):
       _new_writer(tmp_path, 4)
   finally:
     holder.send_signal(signal.SIGKILL)
@@ -241,9 +257,12 @@ def test_the_package_never_unpickles_or_evaluates():
 def _sha256s(root) -> dict[str, str]:
   """sha256 of every file under `root` (symlinks as their target path): the index's state."""
   root = pathlib.Path(root)
-  return {str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else
-          hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-          if p.is_symlink() or p.is_file()}
+  return {
+      str(p.relative_to(root)):
+          os.readlink(p) if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+      for p in sorted(root.rglob("*"))
+      if p.is_symlink() or p.is_file()
+  }
 
 
 def _killed_export(path, num_docs=40, docs_per_chunk=8, chunks=2) -> pathlib.Path:
@@ -262,17 +281,19 @@ def _resume(path, num_docs=40, docs_per_chunk=8) -> None:
   writer.finalize()
 
 
-@pytest.mark.parametrize("planted", [files.LOCK, "doc_ids.jsonl.tmp", "doc_offsets.npy.tmp",
-                                     "writer.json", "chunks/vectors-00002.npy.tmp",
-                                     "chunks/chunk-00002.json", "scann.tmp"])
+@pytest.mark.parametrize("planted", [
+    files.LOCK, "doc_ids.jsonl.tmp", "doc_offsets.npy.tmp", "writer.json",
+    "chunks/vectors-00002.npy.tmp", "chunks/chunk-00002.json", "scann.tmp"
+])
 def test_a_resumed_export_never_writes_through_a_planted_symlink(tmp_path, planted):
   path = _killed_export(tmp_path / "index")
   outside = tmp_path / "outside"
   outside.write_bytes(b"the user's file")
   (path / planted).unlink(missing_ok=True)
   os.symlink(outside, path / planted)
-  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / planted} is a symbolic link, not a "
-                     "file that xtr wrote: .* remove it and rerun"):
+  with pytest.raises(
+      io.UnsafeFileError, match=rf"{path / planted} is a symbolic link, not a "
+      "file that xtr wrote: .* remove it and rerun"):
     _resume(path)
   assert outside.read_bytes() == b"the user's file"
   (path / planted).unlink()
@@ -298,14 +319,14 @@ def test_a_fifo_hard_link_or_linked_directory_in_an_index_is_refused(tmp_path, p
     shutil.rmtree(path / "chunks")
     os.symlink(outside, path / "chunks")
     problem = rf"{path / 'chunks'} is a symbolic link"
-  with pytest.raises(fileio.UnsafeFileError, match=problem):
+  with pytest.raises(io.UnsafeFileError, match=problem):
     _resume(path)
   assert sorted(p.name for p in outside.iterdir()) == ["file"]
   assert (outside / "file").read_bytes() == b"the user's file"
 
 
-@pytest.mark.parametrize("listed", ["chunks/vectors-00001.npy", "doc_ids.jsonl",
-                                    "scann/hashed_dataset.npy"])
+@pytest.mark.parametrize("listed",
+                         ["chunks/vectors-00001.npy", "doc_ids.jsonl", "scann/hashed_dataset.npy"])
 @pytest.mark.parametrize("kind", ["symlink to an identical copy", "fifo"])
 def test_a_listed_file_replaced_by_a_symlink_or_fifo_is_refused_at_open(tmp_path, listed, kind):
   path = _index(tmp_path / "index")
@@ -316,13 +337,13 @@ def test_a_listed_file_replaced_by_a_symlink_or_fifo_is_refused_at_open(tmp_path
     os.mkfifo(path / listed)  # Read, it would hang the search.
   else:
     os.symlink(copy, path / listed)  # Same bytes: only the link gives it away.
-  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / listed} is a "
-                     rf"{'FIFO' if kind == 'fifo' else 'symbolic link'}, not a file that xtr"):
+  with pytest.raises(
+      io.UnsafeFileError, match=rf"{path / listed} is a "
+      rf"{'FIFO' if kind == 'fifo' else 'symbolic link'}, not a file that xtr"):
     reader.open_index(str(path))
 
 
-def test_a_linked_directory_or_verification_record_is_never_followed(tmp_path, monkeypatch,
-                                                                     capsys):
+def test_a_linked_directory_or_verification_record_is_never_followed(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(verify, "SMALL_FILE", 1000)  # The chunks count as large: recorded.
   path = _index(tmp_path / "index")
   outside = tmp_path / "outside.json"
@@ -336,7 +357,7 @@ def test_a_linked_directory_or_verification_record_is_never_followed(tmp_path, m
   assert not [p for p in path.iterdir() if p.name.endswith(".tmp")]
   shutil.move(path / "scann", tmp_path / "scann")  # ScaNN's files, moved out and linked back:
   os.symlink(tmp_path / "scann", path / "scann")
-  with pytest.raises(fileio.UnsafeFileError, match=rf"{path / 'scann'}/.* passes through a "
+  with pytest.raises(io.UnsafeFileError, match=rf"{path / 'scann'}/.* passes through a "
                      "symbolic link"):
     reader.open_index(str(path))
 
@@ -352,8 +373,8 @@ def _forge(path, relative, array) -> None:
     (r"ends at 99999999999, not at num_tokens = \d+", lambda o: o.__setitem__(-1, 99999999999)),
     ("disagrees with the token counts of the chunks", lambda o: o.__setitem__(8, o[8] + 1)),
 ])
-def test_forged_doc_offsets_are_refused_before_anything_is_allocated(tmp_path, monkeypatch,
-                                                                    problem, forge):
+def test_forged_doc_offsets_are_refused_before_anything_is_allocated(tmp_path, monkeypatch, problem,
+                                                                     forge):
   path = _index(tmp_path / "index")
   offsets = np.load(path / files.DOC_OFFSETS)
   forge(offsets)
@@ -385,8 +406,9 @@ def test_a_write_on_a_full_disk_names_the_file_and_loses_nothing(tmp_path, monke
 
   with monkeypatch.context() as patch:
     patch.setattr(np.lib.format, "write_array", full)
-    with pytest.raises(OSError, match=rf"cannot write {path / 'chunks/vectors-00002.npy'}: No "
-                       r"space left on device; free space \(or write elsewhere\) and rerun"):
+    with pytest.raises(
+        OSError, match=rf"cannot write {path / 'chunks/vectors-00002.npy'}: No "
+        r"space left on device; free space \(or write elsewhere\) and rerun"):
       _resume(path)
   assert _sha256s(path) == before  # no temporary left, nothing overwritten
   _resume(path)
@@ -405,8 +427,9 @@ def test_scann_failing_on_a_full_disk_is_named_and_loses_nothing(tmp_path, monke
   with monkeypatch.context() as patch:
     patch.setattr(scann_ops_pybind.ScannSearcher, "serialize", full)
     patch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9, 4096))
-    with pytest.raises(OSError, match=rf"^cannot write {path / 'scann.tmp'}: Failed to extract "
-                       r"SingleMachineFactoryOptions: I/O error; free space \(or write elsewhere"):
+    with pytest.raises(
+        OSError, match=rf"^cannot write {path / 'scann.tmp'}: Failed to extract "
+        r"SingleMachineFactoryOptions: I/O error; free space \(or write elsewhere"):
       _resume(path)
   assert not (path / "scann.tmp").exists() and not (path / files.MANIFEST).exists()
   _resume(path)
@@ -434,12 +457,18 @@ def test_scann_logs_go_to_the_debug_log_and_to_stderr_only_on_failure(capfd, mon
 def test_a_refused_export_or_repair_leaves_the_index_byte_identical(tmp_path):
   path = _index(tmp_path / "index")
   before = _sha256s(path)
-  for settings, changed in (({"fingerprint": "another-checkpoint"}, "fingerprint"),
-                            ({"num_docs": 39}, "corpus"), ({"dim": 16}, "dim")):
+  for settings, changed in (({
+      "fingerprint": "another-checkpoint"
+  }, "fingerprint"), ({
+      "num_docs": 39
+  }, "corpus"), ({
+      "dim": 16
+  }, "dim")):
     for repair in (False, True):
       args = {"num_docs": 40, "docs_per_chunk": None, "repair": repair, **settings}
-      with pytest.raises(ValueError, match=rf"manifest.json: this index was exported with other "
-                         rf"settings \({changed} differ: .*nothing was changed"):
+      with pytest.raises(
+          ValueError, match=rf"manifest.json: this index was exported with other "
+          rf"settings \({changed} differ: .*nothing was changed"):
         _new_writer(path, args.pop("num_docs"), **args)
       assert _sha256s(path) == before
   reader.open_index(str(path), "full").search(QUERIES, 5, "scann")
@@ -451,9 +480,10 @@ def test_a_refused_export_or_repair_leaves_the_index_byte_identical(tmp_path):
 def test_a_repair_keeps_the_recorded_chunking_and_gin_text(tmp_path):
   path = _index(tmp_path / "index")  # docs_per_chunk 8, gin text ""
   before = _sha256s(path)
-  writer = index_writer.IndexWriter(
-      str(path), 32, "float32", test_index.MODEL, test_index.FINGERPRINT, None,
-      test_index._corpus(40), gin_config="another config = 'text'", repair=True)
+  writer = index_writer.IndexWriter(str(path), 32, "float32",
+                                    test_index.MODEL, test_index.FINGERPRINT, None,
+                                    test_index._corpus(40), gin_config="another config = 'text'",
+                                    repair=True)
   assert "every file verifies" in writer.repair_report
   assert writer.settings["docs_per_chunk"] == 8
   writer.finalize()
@@ -463,13 +493,15 @@ def test_a_repair_keeps_the_recorded_chunking_and_gin_text(tmp_path):
 def test_a_search_during_a_repair_and_a_second_repair_are_told_and_change_nothing(tmp_path):
   path = _index(tmp_path / "index")
   before = _sha256s(path)
-  with fileio.Lock(str(path / files.LOCK), "repair", str):  # A repair holding the index ...
-    with pytest.raises(fileio.LockedError, match=r"being written by another export \(repair by "
-                       rf"process {os.getpid()} on "):
+  with io.Lock(str(path / files.LOCK), "repair", str):  # A repair holding the index ...
+    with pytest.raises(
+        io.LockedError, match=r"being written by another export \(repair by "
+        rf"process {os.getpid()} on "):
       _new_writer(path, 40, docs_per_chunk=None, repair=True)  # ... refuses a second one
     (path / files.MANIFEST).rename(tmp_path / files.MANIFEST)  # ... which has begun:
-    with pytest.raises(ValueError, match=rf"the token index at {path} is being repaired \(repair "
-                       r"by process .*\): search again when the repair has finished"):
+    with pytest.raises(
+        ValueError, match=rf"the token index at {path} is being repaired \(repair "
+        r"by process .*\): search again when the repair has finished"):
       reader.open_index(str(path))
   with pytest.raises(ValueError, match="incomplete token index .* rerun the interrupted"):
     reader.open_index(str(path))  # The repair died.
@@ -481,9 +513,9 @@ def _export_cli(exported, index_dir, *flags):
   """xtr-export with the flags that built the `exported` fixture (conftest.py), then `flags`
   (a later --checkpoint or --corpus wins)."""
   manifest = json.loads((exported[1] / files.MANIFEST).read_text())
-  return run_tool("xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+  return run_tool("xtr.cli.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
                   f"--gin_bindings=T5_SPM_PATH = '{exported[1] / 'vocabulary/spiece.model'}'",
-                  "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64",
+                  "--gin_bindings=xtr.models.encoding.Encoder.doc_max_length = 64",
                   f"--checkpoint={exported[0]}", f"--corpus={manifest['corpus']['path']}",
                   f"--out={index_dir}", *flags)
 
@@ -495,14 +527,15 @@ def test_export_into_a_complete_index_with_another_corpus_or_checkpoint_is_refus
   before = _sha256s(index_dir)
   corpus = tmp_path / "corpus.jsonl"
   corpus.write_text('{"_id": "d", "title": "", "text": "another corpus"}\n')
-  for flags, changed in (([f"--checkpoint={exported[0].parent / 'other_model'}"], "fingerprint"),
-                         ([f"--corpus={corpus}"], "corpus"),
-                         ([f"--checkpoint={exported[0].parent / 'other_model'}", "--repair"],
-                          "fingerprint")):
+  for flags, changed in (([f"--checkpoint={exported[0].parent / 'other_model'}"],
+                          "fingerprint"), ([f"--corpus={corpus}"], "corpus"),
+                         ([f"--checkpoint={exported[0].parent / 'other_model'}",
+                           "--repair"], "fingerprint")):
     process = _export_cli(exported, index_dir, *flags)
     assert process.returncode != 0
-    assert re.search(rf"manifest.json: this index was exported with other settings \(.*{changed}"
-                     r".* differ: .*nothing was changed", process.stderr), process.stderr[-2000:]
+    assert re.search(
+        rf"manifest.json: this index was exported with other settings \(.*{changed}"
+        r".* differ: .*nothing was changed", process.stderr), process.stderr[-2000:]
     assert _sha256s(index_dir) == before  # the manifest included: still searchable
   reader.open_index(str(index_dir), "full")
 
@@ -515,22 +548,23 @@ def test_repair_with_the_indexs_checkpoint_and_corpus_keeps_its_chunking(exporte
   before = _sha256s(index_dir)
   _flip_byte(index_dir / "chunks/vectors-00002.npy")
   process = _export_cli(exported, index_dir, "--repair",
-                        "--gin_bindings=xtr.encoding.Encoder.batch_size = 7")
+                        "--gin_bindings=xtr.models.encoding.Encoder.batch_size = 7")
   assert process.returncode == 0, process.stderr[-2000:]
   assert "re-encoding from chunk 2 of 4" in process.stdout
   assert _sha256s(index_dir) == before
 
 
-@pytest.mark.parametrize("recorded", ["/dev/zero", "gs://bucket/spiece.model", "../spiece.model",
-                                      "OUTSIDE"])
+@pytest.mark.parametrize("recorded",
+                         ["/dev/zero", "gs://bucket/spiece.model", "../spiece.model", "OUTSIDE"])
 def test_a_vocabulary_path_outside_the_index_is_used_only_from_the_users_flag(
     exported, tmp_path, t5_spm_path, recorded):
   index_dir = tmp_path / "index"
   shutil.copytree(exported[1], index_dir)
   recorded = str(t5_spm_path) if recorded == "OUTSIDE" else recorded
   _edit_manifest(index_dir, lambda m: m["model"]["vocabulary"].update(path=recorded))
-  with pytest.raises(ValueError, match=rf"records the vocabulary '{re.escape(recorded)}', which is "
-                     r"not a file of the index .* search it with --vocabulary=PATH"):
+  with pytest.raises(
+      ValueError, match=rf"records the vocabulary '{re.escape(recorded)}', which is "
+      r"not a file of the index .* search it with --vocabulary=PATH"):
     searcher.open_for_search(str(index_dir), str(exported[0]))
   encoder, _ = searcher.open_for_search(str(index_dir), str(exported[0]),
                                         vocabulary=str(t5_spm_path))
@@ -549,5 +583,5 @@ def test_an_export_keeps_its_vocabulary_and_searches_from_any_directory(
   shutil.copytree(exported[1], index_dir)
   (index_dir / "vocabulary/spiece.model").unlink()
   os.symlink("/dev/zero", index_dir / "vocabulary/spiece.model")
-  with pytest.raises(fileio.UnsafeFileError, match="spiece.model is a symbolic link"):
+  with pytest.raises(io.UnsafeFileError, match="spiece.model is a symbolic link"):
     searcher.open_for_search(str(index_dir), str(exported[0]))

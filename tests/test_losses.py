@@ -1,4 +1,5 @@
-"""Tests of xtr/losses.py against naive loop references written from eqs. 1-2 of the paper."""
+"""Tests of xtr/scoring/functions.py against naive loop references written from eqs. 1-2 of the
+paper."""
 import functools
 
 import jax
@@ -6,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xtr import losses
+from xtr.scoring import functions
+from xtr.training import losses
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -37,9 +39,8 @@ def _naive_retrieval(q, q_mask, d, d_mask, k_train, excluded=None) -> np.ndarray
   retrieved = np.zeros((b, n, c, m), dtype=bool)
   for bi in range(b):
     for i in np.flatnonzero(q_mask[bi]):
-      candidates = [(-float(np.dot(q[bi, i], d[ci, j])), ci, j)
-                    for ci in range(c) if excluded is None or not excluded[bi, ci]
-                    for j in np.flatnonzero(d_mask[ci])]
+      candidates = [(-float(np.dot(q[bi, i], d[ci, j])), ci, j) for ci in range(c)
+                    if excluded is None or not excluded[bi, ci] for j in np.flatnonzero(d_mask[ci])]
       for _, ci, j in sorted(candidates)[:k_train]:
         retrieved[bi, i, ci, j] = True
   return retrieved
@@ -54,8 +55,8 @@ def _reference_f_colbert(q, q_mask, d, d_mask):
     for ci in range(d_mask.shape[0]):
       total = 0.0
       for i in valid_i:
-        total += jnp.max(jnp.stack([jnp.dot(q[bi, i], d[ci, j])
-                                    for j in np.flatnonzero(d_mask[ci])]))
+        total += jnp.max(
+            jnp.stack([jnp.dot(q[bi, i], d[ci, j]) for j in np.flatnonzero(d_mask[ci])]))
       row.append(total / len(valid_i))
     rows.append(jnp.stack(row))
   return jnp.stack(rows)
@@ -72,8 +73,10 @@ def _reference_f_xtr(q, q_mask, d, d_mask, retrieved):
         if not retrieved[bi, i, ci].any():
           continue
         z += 1
-        terms = [jnp.dot(q[bi, i], d[ci, j]) if retrieved[bi, i, ci, j] else jnp.float32(0.0)
-                 for j in np.flatnonzero(d_mask[ci])]
+        terms = [
+            jnp.dot(q[bi, i], d[ci, j]) if retrieved[bi, i, ci, j] else jnp.float32(0.0)
+            for j in np.flatnonzero(d_mask[ci])
+        ]
         total += jnp.max(jnp.stack(terms))
       row.append(jnp.asarray(total / max(z, 1), dtype=jnp.float32))
     rows.append(jnp.stack(row))
@@ -96,12 +99,12 @@ def _positives(b: int, c: int) -> np.ndarray:
 def test_f_colbert_values_and_gradients_match_loop_reference(seed):
   q, q_mask, d, d_mask = _random_batch(seed)
   positive_index = _positives(q_mask.shape[0], d_mask.shape[0])
-  np.testing.assert_allclose(losses.f_colbert(q, q_mask, d, d_mask),
+  np.testing.assert_allclose(functions.f_colbert(q, q_mask, d, d_mask),
                              _reference_f_colbert(q, q_mask, d, d_mask), atol=1e-5)
 
   def loss(q, d):
-    return jnp.mean(losses.in_batch_cross_entropy(losses.f_colbert(q, q_mask, d, d_mask),
-                                                  positive_index))
+    return jnp.mean(
+        losses.in_batch_cross_entropy(functions.f_colbert(q, q_mask, d, d_mask), positive_index))
 
   def reference_loss(q, d):
     return _reference_cross_entropy(_reference_f_colbert(q, q_mask, d, d_mask), positive_index)
@@ -122,10 +125,10 @@ def test_excluded_documents_take_no_retrieval_slots(k_train):
   d[c - 1], d_mask[c - 1] = d[0], d_mask[0]
   excluded = np.zeros((q_mask.shape[0], c), bool)
   excluded[0, c - 1] = True
-  retrieved = np.asarray(losses.retrieval_mask(losses.token_scores(q, d), q_mask, d_mask, k_train,
-                                               excluded))
-  np.testing.assert_array_equal(retrieved,
-                                _naive_retrieval(q, q_mask, d, d_mask, k_train, excluded))
+  retrieved = np.asarray(
+      functions.retrieval_mask(functions.token_scores(q, d), q_mask, d_mask, k_train, excluded))
+  np.testing.assert_array_equal(retrieved, _naive_retrieval(q, q_mask, d, d_mask, k_train,
+                                                            excluded))
   assert not retrieved[0, :, c - 1].any()
   if k_train == 100:  # Every valid token: the copy's too, for the other queries.
     assert retrieved[1:, :, c - 1].any()
@@ -138,12 +141,12 @@ def test_f_xtr_values_and_gradients_match_loop_reference(seed, k_train):
   positive_index = _positives(q_mask.shape[0], d_mask.shape[0])
   retrieved = _naive_retrieval(q, q_mask, d, d_mask, k_train)
   np.testing.assert_array_equal(
-      losses.retrieval_mask(losses.token_scores(q, d), q_mask, d_mask, k_train), retrieved)
-  np.testing.assert_allclose(losses.f_xtr(q, q_mask, d, d_mask, k_train),
+      functions.retrieval_mask(functions.token_scores(q, d), q_mask, d_mask, k_train), retrieved)
+  np.testing.assert_allclose(functions.f_xtr(q, q_mask, d, d_mask, k_train),
                              _reference_f_xtr(q, q_mask, d, d_mask, retrieved), atol=1e-5)
 
   def loss(q, d):
-    scores = losses.f_xtr(q, q_mask, d, d_mask, k_train)
+    scores = functions.f_xtr(q, q_mask, d, d_mask, k_train)
     return jnp.mean(losses.in_batch_cross_entropy(scores, positive_index))
 
   def reference_loss(q, d):
@@ -159,20 +162,27 @@ def test_f_xtr_values_and_gradients_match_loop_reference(seed, k_train):
 def test_f_xtr_counts_negative_retrieved_scores_as_eq2_does():
   """max_j A_ij q.d_j: a retrieved negative score loses to a non-retrieved token's 0, unless every
   token of the document was retrieved."""
+
   def token(score):
     return [score, np.sqrt(1 - score**2)]
 
   q = np.array([[[1.0, 0.0]]], np.float32)  # one query token
-  d = np.array([[token(-0.6), token(-0.8), token(1.0)],  # the last one is padding
-                [token(-0.9), token(-1.0), token(-0.95)]], np.float32)
+  d = np.array(
+      [
+          [token(-0.6), token(-0.8), token(1.0)],  # the last one is padding
+          [token(-0.9), token(-1.0), token(-0.95)]
+      ],
+      np.float32)
   q_mask = np.array([[True]])
   d_mask = np.array([[True, True, False], [True, True, True]])
-  expected = {1: [0.0, 0.0],  # document 0's unretrieved -0.8 token counts 0 > -0.6
-              2: [-0.6, 0.0],  # all of document 0 retrieved; nothing of document 1 (Z = 0)
-              3: [-0.6, 0.0],  # document 1's -0.9 retrieved, its other tokens count 0
-              5: [-0.6, -0.9]}  # everything retrieved: f_ColBERT
+  expected = {
+      1: [0.0, 0.0],  # document 0's unretrieved -0.8 token counts 0 > -0.6
+      2: [-0.6, 0.0],  # all of document 0 retrieved; nothing of document 1 (Z = 0)
+      3: [-0.6, 0.0],  # document 1's -0.9 retrieved, its other tokens count 0
+      5: [-0.6, -0.9]
+  }  # everything retrieved: f_ColBERT
   for k_train, scores in expected.items():
-    np.testing.assert_allclose(losses.f_xtr(q, q_mask, d, d_mask, k_train), [scores], atol=1e-6)
+    np.testing.assert_allclose(functions.f_xtr(q, q_mask, d, d_mask, k_train), [scores], atol=1e-6)
 
 
 def test_paper_failure_case_colbert_rewards_what_xtr_penalizes():
@@ -194,9 +204,9 @@ def test_paper_failure_case_colbert_rewards_what_xtr_penalizes():
   q_mask = np.ones((1, n), bool)
   positive_index = np.array([0])
 
-  colbert = losses.f_colbert(q, q_mask, d, d_mask)
-  xtr = losses.f_xtr(q, q_mask, d, d_mask, k_train=1)
-  retrieved = losses.retrieval_mask(losses.token_scores(q, d), q_mask, d_mask, 1)
+  colbert = functions.f_colbert(q, q_mask, d, d_mask)
+  xtr = functions.f_xtr(q, q_mask, d, d_mask, k_train=1)
+  retrieved = functions.retrieval_mask(functions.token_scores(q, d), q_mask, d_mask, 1)
   chance = np.log(1 + n)
 
   assert not losses.positive_token_hits(retrieved, q_mask, positive_index).any()
@@ -214,14 +224,14 @@ def test_paper_failure_case_colbert_rewards_what_xtr_penalizes():
 def test_f_xtr_equals_f_colbert_when_every_token_is_retrieved(seed):
   q, q_mask, d, d_mask = _random_batch(seed)
   k_train = int(d_mask.sum())  # exactly all valid tokens; holds for any larger k_train too
-  colbert = losses.f_colbert(q, q_mask, d, d_mask)
-  np.testing.assert_allclose(losses.f_xtr(q, q_mask, d, d_mask, k_train), colbert, atol=1e-6)
-  np.testing.assert_allclose(losses.f_xtr(q, q_mask, d, d_mask, d_mask.size + 3), colbert,
+  colbert = functions.f_colbert(q, q_mask, d, d_mask)
+  np.testing.assert_allclose(functions.f_xtr(q, q_mask, d, d_mask, k_train), colbert, atol=1e-6)
+  np.testing.assert_allclose(functions.f_xtr(q, q_mask, d, d_mask, d_mask.size + 3), colbert,
                              atol=1e-6)
   # Non-negative vectors, so every similarity is >= 0.
   q_pos, d_pos = np.abs(q), np.abs(d)
-  np.testing.assert_allclose(losses.f_xtr(q_pos, q_mask, d_pos, d_mask, k_train),
-                             losses.f_colbert(q_pos, q_mask, d_pos, d_mask), atol=1e-6)
+  np.testing.assert_allclose(functions.f_xtr(q_pos, q_mask, d_pos, d_mask, k_train),
+                             functions.f_colbert(q_pos, q_mask, d_pos, d_mask), atol=1e-6)
 
 
 @pytest.mark.parametrize("k_train", [1, 4, 50])
@@ -231,26 +241,25 @@ def test_padding_is_never_retrieved_and_not_counted(k_train):
   d_adversarial = d.copy()
   for ci, j in zip(*np.nonzero(~d_mask)):
     d_adversarial[ci, j] = q[0, j % q.shape[1]]
-  scores = losses.token_scores(q, d_adversarial)
-  retrieved = np.asarray(losses.retrieval_mask(scores, q_mask, d_mask, k_train))
+  scores = functions.token_scores(q, d_adversarial)
+  retrieved = np.asarray(functions.retrieval_mask(scores, q_mask, d_mask, k_train))
   assert not retrieved[..., ~d_mask].any()
   assert not retrieved[~q_mask].any()
-  np.testing.assert_array_equal(retrieved.sum(axis=(2, 3))[q_mask],
-                                min(k_train, int(d_mask.sum())))
-  expected = losses.f_xtr(q, q_mask, d, d_mask, k_train)
-  np.testing.assert_allclose(losses.f_xtr(q, q_mask, d_adversarial, d_mask, k_train), expected,
+  np.testing.assert_array_equal(retrieved.sum(axis=(2, 3))[q_mask], min(k_train, int(d_mask.sum())))
+  expected = functions.f_xtr(q, q_mask, d, d_mask, k_train)
+  np.testing.assert_allclose(functions.f_xtr(q, q_mask, d_adversarial, d_mask, k_train), expected,
                              atol=1e-6)
   # Z counts valid query tokens only: each query alone, padding tokens dropped, gives the same row.
   for bi in range(q.shape[0]):
     valid = q_mask[bi]
-    alone = losses.f_xtr(q[bi:bi + 1, valid], valid[None, valid], d, d_mask, k_train)
+    alone = functions.f_xtr(q[bi:bi + 1, valid], valid[None, valid], d, d_mask, k_train)
     np.testing.assert_allclose(alone[0], expected[bi], atol=1e-6)
 
 
 def test_retrieval_takes_exactly_k_train_tokens_under_ties():
   q, q_mask, d, d_mask = _random_batch(7, c=4)
   d[1], d_mask[1] = d[0], d_mask[0]  # document 1 duplicates document 0: every score ties
-  retrieved = np.asarray(losses.retrieval_mask(losses.token_scores(q, d), q_mask, d_mask, 3))
+  retrieved = np.asarray(functions.retrieval_mask(functions.token_scores(q, d), q_mask, d_mask, 3))
   np.testing.assert_array_equal(retrieved.sum(axis=(2, 3)), 3 * q_mask)
 
 
@@ -263,9 +272,9 @@ def test_positive_token_hits_match_naive_count(k_train):
   for bi in range(3):
     for i in np.flatnonzero(q_mask[bi]):
       expected[bi, i] = retrieved[bi, i, positive_index[bi]].any()
-  scores = losses.token_scores(q, d)
-  hits = losses.positive_token_hits(
-      losses.retrieval_mask(scores, q_mask, d_mask, k_train), q_mask, positive_index)
+  scores = functions.token_scores(q, d)
+  hits = losses.positive_token_hits(functions.retrieval_mask(scores, q_mask, d_mask, k_train),
+                                    q_mask, positive_index)
   np.testing.assert_array_equal(hits, expected)
   assert 0 < expected.sum() < q_mask.sum()
 
@@ -279,20 +288,23 @@ def test_cross_entropy_and_accuracy_match_numpy():
   shifted = scores - scores.max(axis=1, keepdims=True)
   log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
   expected_losses = -log_probs[np.arange(4), positive_index]
-  expected_accuracy = [all(scores[bi, p] > scores[bi, cj] for cj in range(10) if cj != p)
-                       for bi, p in enumerate(positive_index)]
-  np.testing.assert_allclose(losses.in_batch_cross_entropy(scores, positive_index),
-                             expected_losses, rtol=1e-6)
-  np.testing.assert_array_equal(losses.in_batch_accuracy(scores, positive_index),
-                                expected_accuracy)
+  expected_accuracy = [
+      all(scores[bi, p] > scores[bi, cj]
+          for cj in range(10)
+          if cj != p)
+      for bi, p in enumerate(positive_index)
+  ]
+  np.testing.assert_allclose(losses.in_batch_cross_entropy(scores, positive_index), expected_losses,
+                             rtol=1e-6)
+  np.testing.assert_array_equal(losses.in_batch_accuracy(scores, positive_index), expected_accuracy)
   assert 0 < sum(expected_accuracy) < 4
 
 
 def test_cross_entropy_gives_minus_infinity_no_probability():
   scores = np.array([[0.5, -np.inf, 0.2, -np.inf]], np.float32)
   positive_index = np.array([2])
-  loss, grad = jax.value_and_grad(
-      lambda s: losses.in_batch_cross_entropy(s, positive_index)[0])(scores)
+  loss, grad = jax.value_and_grad(lambda s: losses.in_batch_cross_entropy(s, positive_index)[0])(
+      scores)
   np.testing.assert_allclose(loss, np.log(np.exp(0.5) + np.exp(0.2)) - 0.2, rtol=1e-6)
   np.testing.assert_array_equal(grad[0, [1, 3]], 0.0)
   assert np.isfinite(grad).all()
@@ -302,19 +314,22 @@ def test_jit_shapes_and_float32_scores_from_bfloat16():
   q, q_mask, d, d_mask = _random_batch(10, b=3, n=5, c=7, m=4)
   q16, d16 = jnp.asarray(q, jnp.bfloat16), jnp.asarray(d, jnp.bfloat16)
   positive_index = np.array([0, 3, 6])
-  f_xtr = jax.jit(losses.f_xtr, static_argnames="k_train")
-  for scores, eager in [(jax.jit(losses.f_colbert)(q16, q_mask, d16, d_mask),
-                         losses.f_colbert(q16, q_mask, d16, d_mask)),
-                        (f_xtr(q16, q_mask, d16, d_mask, k_train=6),
-                         losses.f_xtr(q16, q_mask, d16, d_mask, 6))]:
+  f_xtr = jax.jit(functions.f_xtr, static_argnames="k_train")
+  for scores, eager in [(jax.jit(functions.f_colbert)(q16, q_mask, d16, d_mask),
+                         functions.f_colbert(q16, q_mask, d16, d_mask)),
+                        (f_xtr(q16, q_mask, d16, d_mask,
+                               k_train=6), functions.f_xtr(q16, q_mask, d16, d_mask, 6))]:
     assert scores.shape == (3, 7) and scores.dtype == jnp.float32
     np.testing.assert_allclose(scores, eager, atol=1e-6)
 
   @functools.partial(jax.jit, static_argnames="k_train")
   def loss_and_grads(q, d, k_train):
+
     def loss(q, d):
-      return jnp.mean(losses.in_batch_cross_entropy(
-          losses.f_xtr(q, q_mask, d, d_mask, k_train), positive_index))
+      return jnp.mean(
+          losses.in_batch_cross_entropy(functions.f_xtr(q, q_mask, d, d_mask, k_train),
+                                        positive_index))
+
     return jax.value_and_grad(loss, argnums=(0, 1))(q, d)
 
   value, (grad_q, grad_d) = loss_and_grads(q16, d16, k_train=6)

@@ -2,8 +2,8 @@
 import jax
 import numpy as np
 
-from xtr import models
-from xtr import t5
+from xtr.models import t5
+from xtr.models import xtr_encoder
 
 TINY = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=2, head_dim=8, mlp_dim=64)
 
@@ -15,9 +15,10 @@ def _ids(rng, batch, length):
 
 
 def _setup(embed_dim):
-  model = models.XTREncoder(backbone=t5.T5Encoder(TINY), embed_dim=embed_dim)
-  params = jax.tree.map(np.asarray, model.init(jax.random.key(0), _ids(
-      np.random.default_rng(0), 2, 8))["params"])
+  model = xtr_encoder.XTREncoder(backbone=t5.T5Encoder(TINY), embed_dim=embed_dim)
+  params = jax.tree.map(
+      np.asarray,
+      model.init(jax.random.key(0), _ids(np.random.default_rng(0), 2, 8))["params"])
   return model, params
 
 
@@ -25,15 +26,17 @@ def test_pca_projection_spans_the_top_eigenvectors_of_the_token_second_moment():
   model, params = _setup(embed_dim=8)
   rng = np.random.default_rng(1)
   token_ids = [_ids(rng, 6, 10), _ids(rng, 4, 16)]
-  kernel = models.pca_projection(model, params["backbone"], token_ids)
+  kernel = xtr_encoder.pca_projection(model, params["backbone"], token_ids)
   assert kernel.shape == (TINY.emb_dim, 8)
   # Reference: the backbone run token by token-sequence, padding dropped, then eigh of H^T H.
   hidden = []
   for ids in token_ids:
     for row in ids:
       row = row[row != 0][None]
-      hidden.append(np.asarray(model.backbone.apply(
-          {"params": params["backbone"]}, row, row != 0, deterministic=True))[0])
+      hidden.append(
+          np.asarray(
+              model.backbone.apply({"params": params["backbone"]}, row, row != 0,
+                                   deterministic=True))[0])
   hidden = np.concatenate(hidden)
   _, eigenvectors = np.linalg.eigh(hidden.T @ hidden)
   top = eigenvectors[:, ::-1][:, :8]
@@ -44,7 +47,7 @@ def test_full_rank_pca_projection_keeps_the_backbone_cosines():
   """With D = H the kernel is a rotation: the encoder's token vectors keep the raw cosines."""
   model, params = _setup(embed_dim=TINY.emb_dim)
   ids = _ids(np.random.default_rng(2), 8, 12)
-  params["projection"]["kernel"] = models.pca_projection(model, params["backbone"], [ids])
+  params["projection"]["kernel"] = xtr_encoder.pca_projection(model, params["backbone"], [ids])
   vectors, mask, salience = model.apply({"params": params}, ids)
   assert salience is None
   raw = np.asarray(model.backbone.apply({"params": params["backbone"]}, ids, mask))

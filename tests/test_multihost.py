@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xtr import encoding
+from xtr.models import encoding
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS = 3
 BINDINGS = (f"trainer.train.num_steps = {STEPS}", "trainer.train.log_every_steps = 1",
             f"checkpoints.Checkpointer.save_every_steps = {STEPS}",
-            "xtr.data.get_dataset.shuffle = False")
+            "xtr.data.pipeline.get_dataset.shuffle = False")
 TIMEOUT_S = 300
 
 
@@ -47,26 +47,32 @@ def triples(tmp_path_factory, msmarco_triples_path) -> str:
 
 
 def _train(model_dir, triples: str, num_processes: int, *bindings: str) -> list[str]:
-  """Runs `xtr-train` on gin/runs/smoke_msmarco.gin in `num_processes` processes sharing 8 CPU devices;
-  returns each process's output. Stops every process on failure or timeout."""
+  """Runs `xtr-train` on gin/runs/smoke_msmarco.gin in `num_processes` processes sharing 8 CPU
+  devices; returns each process's output. Stops every process on failure or timeout."""
   devices = 8 // num_processes
-  command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke_msmarco.gin",
-             f"--gin_bindings=MODEL_DIR = '{model_dir}'",
-             f"--gin_bindings=TRIPLES_PATH = '{triples}'",
-             *[f"--gin_bindings={b}" for b in (*BINDINGS, *bindings)]]
+  command = [
+      sys.executable, "-m", "xtr.cli.train", "--gin_file=gin/runs/smoke_msmarco.gin",
+      f"--gin_bindings=MODEL_DIR = '{model_dir}'", f"--gin_bindings=TRIPLES_PATH = '{triples}'",
+      *[f"--gin_bindings={b}" for b in (*BINDINGS, *bindings)]
+  ]
   if num_processes > 1:
-    command += ["--multihost", f"--coordinator_address=127.0.0.1:{_free_port()}",
-                f"--num_processes={num_processes}"]
-  return _run_all([command + ([f"--process_id={i}"] if num_processes > 1 else [])
-                   for i in range(num_processes)], devices)
+    command += [
+        "--multihost", f"--coordinator_address=127.0.0.1:{_free_port()}",
+        f"--num_processes={num_processes}"
+    ]
+  return _run_all([
+      command + ([f"--process_id={i}"] if num_processes > 1 else []) for i in range(num_processes)
+  ], devices)
 
 
 def _run_all(commands: list[list[str]], devices: int) -> list[str]:
   """Runs the commands at once, each with `devices` CPU devices; returns their outputs once all
   have exited 0. Stops every process on failure or timeout."""
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-  processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True) for command in commands]
+  processes = [
+      subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True) for command in commands
+  ]
   try:
     outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in processes]
   finally:
@@ -101,8 +107,7 @@ def single_process(tmp_path_factory, triples):
     ("(8, 1)", (), ["block 0 of 2", "block 1 of 2"]),
     ("(4, 2), model across processes",
      ("partitioning.make_mesh.num_partitions = 2",
-      "partitioning.make_mesh.dcn_mesh_shape = (1, 2)"),
-     ["block 0 of 1", "block 0 of 1"]),
+      "partitioning.make_mesh.dcn_mesh_shape = (1, 2)"), ["block 0 of 1", "block 0 of 1"]),
 ])
 def test_two_processes_train_like_one(tmp_path, triples, single_process, mesh, bindings, feeds):
   del mesh
@@ -123,7 +128,7 @@ import sys
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
-from xtr import partitioning
+from xtr.training import partitioning
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
 by_process = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))

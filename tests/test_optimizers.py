@@ -1,17 +1,28 @@
-"""Tests for xtr/optimizers.py: frozen parameters, against the optimizer run on the others alone."""
+"""Tests for xtr/training/optimizers.py: frozen parameters, against the optimizer run on the others
+alone."""
 import jax
 import numpy as np
 import optax
 import pytest
 
-from xtr import optimizers
+from xtr.training import optimizers
 
 
 def _params():
   rng = np.random.default_rng(0)
-  return {"backbone": {"layers_0": {"kernel": rng.normal(size=(3, 2)).astype(np.float32)},
-                       "layers_1": {"kernel": rng.normal(size=(3, 2)).astype(np.float32)}},
-          "projection": {"kernel": rng.normal(size=(2, 2)).astype(np.float32)}}
+  return {
+      "backbone": {
+          "layers_0": {
+              "kernel": rng.normal(size=(3, 2)).astype(np.float32)
+          },
+          "layers_1": {
+              "kernel": rng.normal(size=(3, 2)).astype(np.float32)
+          }
+      },
+      "projection": {
+          "kernel": rng.normal(size=(2, 2)).astype(np.float32)
+      }
+  }
 
 
 def _run(optimizer, params, grads):
@@ -27,11 +38,12 @@ def test_frozen_parameters_stay_and_the_others_train_as_without_them():
   exactly as AdamW would on the unfrozen parameters alone (clipped by their own norm)."""
   params = _params()
   rng = np.random.default_rng(1)
-  grads = [jax.tree.map(lambda p: 10 * rng.normal(size=p.shape).astype(np.float32), params)
-           for _ in range(3)]
-  make = lambda frozen=(): optimizers.make_optimizer(
-      "adamw", optimizers.warmup_constant(1e-1, 0), weight_decay=0.1, max_grad_norm=1.0,
-      frozen=frozen)
+  grads = [
+      jax.tree.map(lambda p: 10 * rng.normal(size=p.shape).astype(np.float32), params)
+      for _ in range(3)
+  ]
+  make = lambda frozen=(): optimizers.make_optimizer("adamw", optimizers.warmup_constant(
+      1e-1, 0), weight_decay=0.1, max_grad_norm=1.0, frozen=frozen)
   trained = _run(make(["backbone/layers_0/"]), params, grads)
   np.testing.assert_array_equal(trained["backbone"]["layers_0"]["kernel"],
                                 params["backbone"]["layers_0"]["kernel"])

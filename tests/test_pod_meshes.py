@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from xtr import partitioning
+from xtr.training import partitioning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,20 +38,27 @@ def tpu_devices(x: int, y: int, z: int, kind: str, num_slices: int = 1) -> list[
   for s, cz, cy, cx in itertools.product(range(num_slices), range(z), range(y), range(x)):
     hx, hy, hz = cx // host[0], cy // host[1], cz
     process = s * per_slice + hx + hosts[0] * (hy + hosts[1] * hz)
-    devices.append(MockDevice(id=len(devices), process_index=process, device_kind=kind,
-                              coords=(cx, cy, cz), slice_index=s))
+    devices.append(
+        MockDevice(id=len(devices), process_index=process, device_kind=kind, coords=(cx, cy, cz),
+                   slice_index=s))
   return devices
 
 
 def gpu_devices(num_hosts: int, per_host: int) -> list[MockDevice]:
   """GPU nodes: ids numbered host by host, listed in id order (no coordinates)."""
-  return [MockDevice(id=i, process_index=i // per_host, platform="gpu", device_kind="NVIDIA H100")
-          for i in range(num_hosts * per_host)]
+  return [
+      MockDevice(id=i, process_index=i // per_host, platform="gpu", device_kind="NVIDIA H100")
+      for i in range(num_hosts * per_host)
+  ]
 
 
-PODS = {"v4-32": (2, 2, 4, "TPU v4"), "v4-128": (4, 4, 4, "TPU v4"),
-        "v4-256": (4, 4, 8, "TPU v4"), "v5p-128": (4, 4, 4, "TPU v5"),
-        "v5e-256": (16, 16, 1, "TPU v5 lite")}
+PODS = {
+    "v4-32": (2, 2, 4, "TPU v4"),
+    "v4-128": (4, 4, 4, "TPU v4"),
+    "v4-256": (4, 4, 8, "TPU v4"),
+    "v5p-128": (4, 4, 4, "TPU v5"),
+    "v5e-256": (16, 16, 1, "TPU v5 lite")
+}
 LAYOUTS = [(pod, model, 1) for pod in PODS for model in (1, 2, 4, 8)]
 LAYOUTS += [("v5e-256", model, 2) for model in (1, 4)]  # two slices, dcn_mesh_shape (2, 1)
 
@@ -75,8 +82,8 @@ def _neighbours(a: MockDevice, b: MockDevice) -> bool:
   return sum(abs(i - j) for i, j in zip(a.coords, b.coords)) == 1
 
 
-@pytest.mark.parametrize("pod,model,slices", LAYOUTS, ids=[f"{p}-model{m}-slices{s}"
-                                                           for p, m, s in LAYOUTS])
+@pytest.mark.parametrize("pod,model,slices", LAYOUTS,
+                         ids=[f"{p}-model{m}-slices{s}" for p, m, s in LAYOUTS])
 def test_pod_layouts(pod, model, slices, monkeypatch):
   devices = tpu_devices(*PODS[pod], num_slices=slices)
   mesh = partitioning.make_mesh(model, (slices, 1), devices=devices)

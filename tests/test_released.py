@@ -1,4 +1,4 @@
-"""The released XTR weights (`xtr.released`, `xtr-convert-checkpoint`): a directory in their
+"""The released XTR weights (`xtr.models.released`, `xtr-convert-checkpoint`): a directory in their
 layout, built here by transformers and torch from a tiny random T5, against token vectors that
 transformers and torch compute from it; export and eval of the SciFact slice; refusals."""
 import json
@@ -16,21 +16,22 @@ import torch
 import transformers
 
 from tests import retrieval_setup
-from tests.retrieval_setup import REPO, run_tool
-from xtr import beir_files
+from tests.retrieval_setup import REPO
+from tests.retrieval_setup import run_tool
 from xtr import cli
-from xtr import encoding
-from xtr import evaluation
-from xtr import released
-from xtr import tokenization
-from xtr import torch_files
+from xtr.data import beir_files
+from xtr.evaluation import beir_eval
+from xtr.models import encoding
+from xtr.models import released
+from xtr.models import torch_files
+from xtr.text import tokenization
 
 HIDDEN, DIM = 32, 16
 IDENTITY = "torch.nn.modules.linear.Identity"
 # gin/models/xtr_base_en.gin with the tiny T5 of the test's weights.
 _TINY_GIN = f"""from __gin__ import dynamic_registration
-from xtr import models
-from xtr import t5
+from xtr.models import xtr_encoder
+from xtr.models import t5
 include 'gin/models/xtr_base_en.gin'
 t5.T5Config:
   emb_dim = {HIDDEN}
@@ -38,7 +39,7 @@ t5.T5Config:
   num_layers = 2
   head_dim = 8
   mlp_dim = 64
-models.XTREncoder.embed_dim = {DIM}
+xtr_encoder.XTREncoder.embed_dim = {DIM}
 """
 
 
@@ -48,9 +49,10 @@ def release(tmp_path_factory, t5_spm_path):
   2_Dense as a torch pickle converted by xtr-convert-checkpoint, and the real T5 vocabulary."""
   directory = tmp_path_factory.mktemp("xtr-base-en")
   torch.manual_seed(0)
-  model = transformers.T5ForConditionalGeneration(transformers.T5Config(
-      vocab_size=32128, d_model=HIDDEN, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=1,
-      num_heads=4, feed_forward_proj="gated-gelu")).eval()
+  model = transformers.T5ForConditionalGeneration(
+      transformers.T5Config(vocab_size=32128, d_model=HIDDEN, d_kv=8, d_ff=64, num_layers=2,
+                            num_decoder_layers=1, num_heads=4,
+                            feed_forward_proj="gated-gelu")).eval()
   with torch.no_grad():
     for weight in model.parameters():
       if weight.ndim == 1:  # Layer norms other than 1, so that a missing one shows.
@@ -61,11 +63,15 @@ def release(tmp_path_factory, t5_spm_path):
   # Linear is its `linear`) as a torch pickle, and its config.
   torch.save({"linear.weight": projection.weight.detach()},
              directory / "2_Dense" / released.TORCH_FILE)
-  (directory / "2_Dense" / "config.json").write_text(json.dumps(
-      {"in_features": HIDDEN, "out_features": DIM, "bias": False,
-       "activation_function": IDENTITY}))
+  (directory / "2_Dense" / "config.json").write_text(
+      json.dumps({
+          "in_features": HIDDEN,
+          "out_features": DIM,
+          "bias": False,
+          "activation_function": IDENTITY
+      }))
   shutil.copy(t5_spm_path, directory / "spiece.model")
-  process = run_tool("xtr.convert_checkpoint", f"--checkpoint={directory}")
+  process = run_tool("xtr.cli.convert_checkpoint", f"--checkpoint={directory}")
   assert process.returncode == 0, process.stderr[-2000:]
   assert f"Wrote {directory / '2_Dense' / 'model.safetensors'}" in process.stdout
   return directory, model.get_encoder(), projection
@@ -78,14 +84,14 @@ def tiny_gin(tmp_path_factory):
   return path
 
 
-@pytest.mark.parametrize("name, backbone, extra_ids", [
-    ("xtr_base_en", "t5_1_1_base", 100), ("xtr_xxl_en", "t5_1_1_xxl", 100),
-    ("mxtr_base", "mt5_base", 0)])
+@pytest.mark.parametrize("name, backbone, extra_ids", [("xtr_base_en", "t5_1_1_base", 100),
+                                                       ("xtr_xxl_en", "t5_1_1_xxl", 100),
+                                                       ("mxtr_base", "mt5_base", 0)])
 def test_the_model_files_of_the_releases(name, backbone, extra_ids):
   """Each release: its backbone's model file, 128-d tokens, the vocabulary in CHECKPOINT,
   documents of 512 tokens."""
-  model, vocabulary, lengths = retrieval_setup.parse_model_file(
-      f"gin/models/{name}.gin", "CHECKPOINT = '/weights/xtr'")
+  model, vocabulary, lengths = retrieval_setup.parse_model_file(f"gin/models/{name}.gin",
+                                                                "CHECKPOINT = '/weights/xtr'")
   expected, _, _ = retrieval_setup.parse_model_file(f"gin/models/{backbone}.gin")
   assert model.backbone.config == expected.backbone.config and model.embed_dim == 128
   assert vocabulary.sentencepiece_model_file == "/weights/xtr/spiece.model"
@@ -111,8 +117,8 @@ def _encoder(directory, tiny_gin) -> encoding.Encoder:
   """The encoder of the released weights as xtr-export builds it."""
   gin.clear_config()
   gin.add_config_file_search_path(str(REPO))
-  gin.parse_config_files_and_bindings(
-      [str(tiny_gin)], [*cli.ENCODER_BINDINGS, f"CHECKPOINT = '{directory}'"])
+  gin.parse_config_files_and_bindings([str(tiny_gin)],
+                                      [*cli.ENCODER_BINDINGS, f"CHECKPOINT = '{directory}'"])
   return encoding.Encoder(encoding.load_params(str(directory)))
 
 
@@ -133,7 +139,7 @@ def test_token_vectors_equal_those_of_transformers_and_torch(release, tiny_gin, 
   assert (ids[-2] != 0).all() and ids[-2, -1] == 1  # The long document: 511 tokens and EOS.
 
 
-def _exact_maxsim(release, data: evaluation.BeirData, top_k: int) -> dict[str, dict[str, float]]:
+def _exact_maxsim(release, data: beir_eval.BeirData, top_k: int) -> dict[str, dict[str, float]]:
   """Each query's top_k documents by MaxSim (averaged over the query's tokens) over the
   vectors of `_reference`."""
   doc_ids, docs = _reference(release, data.docs, 512)
@@ -150,31 +156,31 @@ def _exact_maxsim(release, data: evaluation.BeirData, top_k: int) -> dict[str, d
 def test_export_eval_and_search_rank_the_scifact_slice_as_exact_maxsim_by_torch(
     release, tiny_gin, scifact_slice, tmp_path):
   directory, index = release[0], tmp_path / "index"
-  process = run_tool("xtr.export", f"--gin_file={tiny_gin}", f"--checkpoint={directory}",
-                 f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={index}",
-                 "--store_vectors=float32")
+  process = run_tool("xtr.cli.export", f"--gin_file={tiny_gin}", f"--checkpoint={directory}",
+                     f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={index}",
+                     "--store_vectors=float32")
   assert process.returncode == 0, process.stderr[-2000:]
   model = json.loads((index / "manifest.json").read_text())["model"]
   assert (model["query_max_length"], model["doc_max_length"]) == (32, 512)
   assert model["vocabulary"]["path"] == "vocabulary/spiece.model"  # copied into the index
-  assert (index / "vocabulary" / "spiece.model").read_bytes() == (
-      directory / "spiece.model").read_bytes()
-  process = run_tool("xtr.eval_beir", f"--data_dir={scifact_slice}", f"--index={index}",
-                 f"--checkpoint={directory}", f"--out={tmp_path / 'r.json'}", "--scoring=exact",
-                 "--top_k=10", f"--run_file={tmp_path / 'run.trec'}")
+  assert (index / "vocabulary" / "spiece.model").read_bytes() == (directory /
+                                                                  "spiece.model").read_bytes()
+  process = run_tool("xtr.cli.eval_beir", f"--data_dir={scifact_slice}", f"--index={index}",
+                     f"--checkpoint={directory}", f"--out={tmp_path / 'r.json'}",
+                     "--scoring=exhaustive", "--top_k=10", f"--run_file={tmp_path / 'run.trec'}")
   assert process.returncode == 0, process.stderr[-2000:]
-  data = evaluation.load_beir(str(scifact_slice), "test")
+  data = beir_eval.load_beir(str(scifact_slice), "test")
   expected = _exact_maxsim(release, data, 10)
-  run = evaluation.read_trec_run(str(tmp_path / "run.trec"))
+  run = beir_eval.read_trec_run(str(tmp_path / "run.trec"))
   assert run.keys() == expected.keys()
   for query_id, ranking in expected.items():
     assert list(run[query_id]) == list(ranking)
     np.testing.assert_allclose(list(run[query_id].values()), list(ranking.values()), atol=1e-4)
   report = json.loads((tmp_path / "r.json").read_text())
-  assert report["ndcg@10"] == pytest.approx(evaluation.evaluate(data.qrels, expected)["ndcg@10"])
+  assert report["ndcg@10"] == pytest.approx(beir_eval.evaluate(data.qrels, expected)["ndcg@10"])
   # xtr-search of the same index and weights, a query on stdin: the same ranking.
-  process = run_tool("xtr.search", f"--index={index}", f"--checkpoint={directory}", "--top_k=10",
-                 "--scoring=exact", stdin=data.queries[0] + "\n")
+  process = run_tool("xtr.cli.search", f"--index={index}", f"--checkpoint={directory}",
+                     "--top_k=10", "--scoring=exhaustive", stdin=data.queries[0] + "\n")
   assert process.returncode == 0, process.stderr[-2000:]
   found = json.loads(process.stdout)["results"]
   want = expected[data.query_ids[0]]
@@ -193,57 +199,74 @@ def _write_weight(path, weight: np.ndarray) -> None:
   path.write_bytes(safetensors.numpy.save({"linear.weight": weight}))
 
 
-@pytest.mark.parametrize("edit, error, message", [
-    *[(lambda d, name=name: (d / name).unlink(), FileNotFoundError,
-       f"release/{name} is missing: a released XTR directory holds")
-      for name in released.FILES[:-1]],
-    (lambda d: [(d / "2_Dense" / name).unlink() for name in ("model.safetensors",
-                                                             released.TORCH_FILE)],
-     FileNotFoundError, "release/2_Dense/model.safetensors is missing: a released"),
-    (lambda d: (d / "2_Dense/model.safetensors").unlink(), FileNotFoundError,
-     r"release/2_Dense/pytorch_model.bin holds these weights as a torch pickle, which xtr never "
-     r"opens. Convert it once: xtr-convert-checkpoint --checkpoint=\S+/release \(torch comes "
-     r"with `pip install -e .\[convert\]`\)"),
-    (lambda d: _write_weight(d / "2_Dense/model.safetensors", np.zeros((HIDDEN, DIM), "f4")),
-     ValueError, r"release/2_Dense/model.safetensors: expected one tensor linear.weight of shape "
-                 r"\(16, 32\) .*found \{'linear.weight': \(32, 16\)\}"),
-    (lambda d: (d / "2_Dense/config.json").write_text(json.dumps(
-        {"in_features": 64, "out_features": DIM, "bias": False, "activation_function": IDENTITY})),
-     ValueError, r"release/2_Dense/config.json: in_features = 64, but the encoder's d_model is 32"),
-    (lambda d: (d / "2_Dense/config.json").write_text(json.dumps(
-        {"in_features": HIDDEN, "out_features": DIM, "bias": True,
-         "activation_function": IDENTITY})),
-     ValueError, r"release/2_Dense/config.json: XTR's projection is linear"),
-    (lambda d: (d / "2_Dense/config.json").write_text(json.dumps(
-        {"in_features": HIDDEN, "out_features": DIM, "bias": False,
-         "activation_function": "torch.nn.modules.activation.Tanh"})),
-     ValueError, r"release/2_Dense/config.json: XTR's projection is linear .*Tanh"),
-    (lambda d: (d / "2_Dense/config.json").write_text(json.dumps({"in_features": HIDDEN})),
-     ValueError, r"release/2_Dense/config.json: out_features = None: expected int, got NoneType"),
-    (lambda d: (d / "config.json").write_text(json.dumps(
-        json.loads((d / "config.json").read_text()) | {"d_model": "32"})),
-     ValueError, r"release/config.json: d_model = '32': expected int, got str"),
-    (lambda d: (d / "config.json").write_text("[1, 2]"),
-     ValueError, r"release/config.json must hold a JSON object, not list"),
-    (lambda d: (d / "config.json").write_text(json.dumps(
-        json.loads((d / "config.json").read_text()) | {"num_layers": 3})),
-     ValueError, r"release/model.safetensors: Checkpoint does not fit T5Config\(.*num_layers=3"
-                 r"[\s\S]*missing tensor encoder\.block\.2\."),
-    (lambda d: (d / "model.safetensors").write_bytes(b"forged" * 10), ValueError,
-     r"release/model.safetensors is not a safetensors checkpoint xtr can read \(Error while "
-     r"deserializing header: header too large\); download or convert it again."),
-    (lambda d: (d / "2_Dense/model.safetensors").write_bytes(
-        (d / "2_Dense/model.safetensors").read_bytes()[:-8]), ValueError,
-     r"release/2_Dense/model.safetensors is not a safetensors checkpoint xtr can read"),
-    (lambda d: _write_weight(d / "2_Dense/model.safetensors",
-                             np.full((DIM, HIDDEN), np.nan, "f4")),
-     ValueError, r"The checkpoint \S+/release is damaged or diverged: its parameter "
-                 r"\['projection'\]\['kernel'\] holds NaN or infinite values."),
-], ids=[*[f"missing {name}" for name in released.FILES[:-1]], "missing 2_Dense weights",
+@pytest.mark.parametrize(
+    "edit, error, message", [
+        *[(lambda d, name=name: (d / name).unlink(), FileNotFoundError,
+           f"release/{name} is missing: a released XTR directory holds")
+          for name in released.FILES[:-1]],
+        (lambda d: [(d / "2_Dense" / name).unlink()
+                    for name in ("model.safetensors", released.TORCH_FILE)], FileNotFoundError,
+         "release/2_Dense/model.safetensors is missing: a released"),
+        (lambda d: (d / "2_Dense/model.safetensors").unlink(), FileNotFoundError,
+         r"release/2_Dense/pytorch_model.bin holds these weights as a torch pickle, which xtr "
+         r"never "
+         r"opens. Convert it once: xtr-convert-checkpoint --checkpoint=\S+/release \(torch comes "
+         r"with `pip install -e .\[convert\]`\)"),
+        (lambda d: _write_weight(d / "2_Dense/model.safetensors", np.zeros(
+            (HIDDEN, DIM), "f4")), ValueError,
+         r"release/2_Dense/model.safetensors: expected one tensor linear.weight of shape "
+         r"\(16, 32\) .*found \{'linear.weight': \(32, 16\)\}"),
+        (lambda d: (d / "2_Dense/config.json").write_text(
+            json.dumps({
+                "in_features": 64,
+                "out_features": DIM,
+                "bias": False,
+                "activation_function": IDENTITY
+            })), ValueError,
+         r"release/2_Dense/config.json: in_features = 64, but the encoder's d_model is 32"),
+        (lambda d: (d / "2_Dense/config.json").write_text(
+            json.dumps({
+                "in_features": HIDDEN,
+                "out_features": DIM,
+                "bias": True,
+                "activation_function": IDENTITY
+            })), ValueError, r"release/2_Dense/config.json: XTR's projection is linear"),
+        (lambda d: (d / "2_Dense/config.json").write_text(
+            json.dumps({
+                "in_features": HIDDEN,
+                "out_features": DIM,
+                "bias": False,
+                "activation_function": "torch.nn.modules.activation.Tanh"
+            })), ValueError, r"release/2_Dense/config.json: XTR's projection is linear .*Tanh"),
+        (lambda d:
+         (d / "2_Dense/config.json").write_text(json.dumps({"in_features": HIDDEN})), ValueError,
+         r"release/2_Dense/config.json: out_features = None: expected int, got NoneType"),
+        (lambda d: (d / "config.json").write_text(
+            json.dumps(json.loads((d / "config.json").read_text()) | {"d_model": "32"})),
+         ValueError, r"release/config.json: d_model = '32': expected int, got str"),
+        (lambda d: (d / "config.json").write_text("[1, 2]"), ValueError,
+         r"release/config.json must hold a JSON object, not list"),
+        (lambda d: (d / "config.json").write_text(
+            json.dumps(json.loads((d / "config.json").read_text()) | {"num_layers": 3})),
+         ValueError, r"release/model.safetensors: Checkpoint does not fit T5Config\(.*num_layers=3"
+         r"[\s\S]*missing tensor encoder\.block\.2\."),
+        (lambda d: (d / "model.safetensors").write_bytes(b"forged" * 10), ValueError,
+         r"release/model.safetensors is not a safetensors checkpoint xtr can read \(Error while "
+         r"deserializing header: header too large\); download or convert it again."),
+        (lambda d: (d / "2_Dense/model.safetensors").write_bytes(
+            (d / "2_Dense/model.safetensors").read_bytes()[:-8]), ValueError,
+         r"release/2_Dense/model.safetensors is not a safetensors checkpoint xtr can read"),
+        (lambda d: _write_weight(d / "2_Dense/model.safetensors",
+                                 np.full((DIM, HIDDEN), np.nan, "f4")), ValueError,
+         r"The checkpoint \S+/release is damaged or diverged: its parameter "
+         r"\['projection'\]\['kernel'\] holds NaN or infinite values."),
+    ], ids=[
+        *[f"missing {name}" for name in released.FILES[:-1]], "missing 2_Dense weights",
         "only pytorch_model.bin", "projection transposed", "projection from 64",
         "projection with bias", "projection with tanh", "dense config without out_features",
-        "d_model a str", "config not an object", "config of another T5",
-        "forged model.safetensors", "truncated projection", "NaN projection"])
+        "d_model a str", "config not an object", "config of another T5", "forged model.safetensors",
+        "truncated projection", "NaN projection"
+    ])
 def test_a_broken_directory_is_refused_naming_the_file(release, tmp_path, edit, error, message):
   with pytest.raises(error, match=message):
     encoding.load_params(_broken_copy(release, tmp_path, edit))
@@ -258,11 +281,13 @@ def test_the_torch_files_are_refused_then_converted_to_the_same_weights(release,
              directory / released.TORCH_FILE)
   for folder in (directory, directory / "2_Dense"):
     (folder / "model.safetensors").unlink()
-  with pytest.raises(FileNotFoundError, match=r"release/model.safetensors is missing: .* "
-                                              r"xtr-convert-checkpoint --checkpoint="):
+  with pytest.raises(
+      FileNotFoundError, match=r"release/model.safetensors is missing: .* "
+      r"xtr-convert-checkpoint --checkpoint="):
     encoding.load_params(str(directory))
   assert torch_files.convert(str(directory)) == [
-      str(folder / "model.safetensors") for folder in (directory, directory / "2_Dense")]
+      str(folder / "model.safetensors") for folder in (directory, directory / "2_Dense")
+  ]
   assert torch_files.convert(str(directory)) == []
   jax.tree.map(np.testing.assert_array_equal, encoding.load_params(str(directory)),
                encoding.load_params(str(release[0])))
@@ -280,10 +305,13 @@ class _Payload:
 
 def test_the_converter_never_runs_a_pickled_payload(tmp_path):
   marker = tmp_path / "pwned"
-  torch.save({"linear.weight": torch.zeros(DIM, HIDDEN), "x": _Payload(marker)},
-             tmp_path / released.TORCH_FILE)
-  with pytest.raises(ValueError, match=r"pytorch_model.bin is not a state dict that torch loads "
-                                       r"with weights_only=True"):
+  torch.save({
+      "linear.weight": torch.zeros(DIM, HIDDEN),
+      "x": _Payload(marker)
+  }, tmp_path / released.TORCH_FILE)
+  with pytest.raises(
+      ValueError, match=r"pytorch_model.bin is not a state dict that torch loads "
+      r"with weights_only=True"):
     torch_files.convert(str(tmp_path))
   assert not marker.exists() and not (tmp_path / "model.safetensors").exists()
 

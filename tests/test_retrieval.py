@@ -9,17 +9,19 @@ import gin
 import numpy as np
 import pytest
 
+from tests.retrieval_setup import REPO
+from tests.retrieval_setup import SLICE_DOCS as NUM_DOCS
+from tests.retrieval_setup import SLICE_QUERIES as NUM_QUERIES
 import xtr
-from tests.retrieval_setup import REPO, SLICE_DOCS as NUM_DOCS, SLICE_QUERIES as NUM_QUERIES
-from xtr import encoding
-from xtr import evaluation
-from xtr import indexing
-from xtr import model_spec
-from xtr import retrieval
-from xtr import scoring
-from xtr import tokenization
+from xtr.evaluation import beir_eval
+from xtr.index import build
 from xtr.index import files
 from xtr.index import reader
+from xtr.models import encoding
+from xtr.models import model_spec
+from xtr.retrieval import ranker
+from xtr.scoring import search_scores
+from xtr.text import tokenization
 
 
 def _search(exported, scifact_slice, config):
@@ -29,8 +31,8 @@ def _search(exported, scifact_slice, config):
   encoder = model_spec.encoder(token_index.manifest["model"], str(index_dir),
                                encoding.load_params(str(model_dir)), str(model_dir),
                                token_index.vocabulary_file())
-  data = evaluation.load_beir(str(scifact_slice), "test")
-  return data, token_index, retrieval.search(encoder, token_index, data.queries, config)
+  data = beir_eval.load_beir(str(scifact_slice), "test")
+  return data, token_index, ranker.search(encoder, token_index, data.queries, config)
 
 
 def test_export_writes_every_document(exported, scifact_slice):
@@ -45,9 +47,11 @@ def test_export_writes_every_document(exported, scifact_slice):
 
 def test_xtr_with_all_tokens_ranks_as_exact_maxsim(exported, scifact_slice):
   num_tokens = reader.open_index(str(exported[1])).num_tokens
-  _, _, exact = _search(exported, scifact_slice, retrieval.SearchConfig(top_k=20, scoring="exact"))
-  _, _, xtr = _search(exported, scifact_slice, retrieval.SearchConfig(
-      top_k=20, k_prime=num_tokens, scoring="xtr", searcher="bruteforce"))
+  _, _, exact = _search(exported, scifact_slice, ranker.SearchConfig(top_k=20,
+                                                                     scoring="exhaustive"))
+  _, _, xtr = _search(
+      exported, scifact_slice,
+      ranker.SearchConfig(top_k=20, k_prime=num_tokens, scoring="xtr", searcher="bruteforce"))
   for a, b in zip(exact.rankings, xtr.rankings):
     assert [d for d, _ in a] == [d for d, _ in b]
     np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-5)
@@ -55,9 +59,10 @@ def test_xtr_with_all_tokens_ranks_as_exact_maxsim(exported, scifact_slice):
 
 def test_colbert_three_stages_rescore_candidates_exactly(exported, scifact_slice):
   _, token_index, exact = _search(exported, scifact_slice,
-                                  retrieval.SearchConfig(top_k=NUM_DOCS, scoring="exact"))
-  _, _, colbert = _search(exported, scifact_slice, retrieval.SearchConfig(
-      top_k=NUM_DOCS, k_prime=2, scoring="colbert", searcher="bruteforce"))
+                                  ranker.SearchConfig(top_k=NUM_DOCS, scoring="exhaustive"))
+  _, _, colbert = _search(
+      exported, scifact_slice,
+      ranker.SearchConfig(top_k=NUM_DOCS, k_prime=2, scoring="colbert", searcher="bruteforce"))
   for exact_ranking, colbert_ranking in zip(exact.rankings, colbert.rankings):
     exact_scores = dict(exact_ranking)
     assert len(colbert_ranking) < NUM_DOCS  # Only the retrieved candidates are scored ...
@@ -71,8 +76,8 @@ def test_batched_search_ranks_as_one_query_at_a_time(exported, scifact_slice, mo
   """threads=2: f_XTR' over batches (3 of them) equals the per-query search, up to ScaNN's float
   rounding, which depends on how queries are batched (~1e-7): equal scores, and documents that
   trade places only at ties."""
-  monkeypatch.setattr(retrieval, "QUERIES_PER_BATCH", NUM_QUERIES // 3 + 1)
-  config = retrieval.SearchConfig(top_k=20, k_prime=30, searcher=searcher)
+  monkeypatch.setattr(ranker, "QUERIES_PER_BATCH", NUM_QUERIES // 3 + 1)
+  config = ranker.SearchConfig(top_k=20, k_prime=30, searcher=searcher)
   _, _, alone = _search(exported, scifact_slice, config)
   _, _, batched = _search(exported, scifact_slice, dataclasses.replace(config, threads=2))
   assert len(set(batched.latency_ms)) == 3  # One amortized latency per batch.
@@ -82,25 +87,28 @@ def test_batched_search_ranks_as_one_query_at_a_time(exported, scifact_slice, mo
       assert doc_a == doc_b or sum(abs(score - score_a) < 1e-6 for _, score in a) > 1
 
 
-def test_colbert_refinement_compiles_per_document_bucket_not_per_query_length(exported,
-                                                                              scifact_slice):
+def test_colbert_refinement_compiles_per_document_bucket_not_per_query_length(
+    exported, scifact_slice):
   """Queries of many lengths share one compiled f_ColBERT per padded document length."""
-  scoring._colbert.clear_cache()  # pylint: disable=protected-access
-  data, token_index, _ = _search(exported, scifact_slice, retrieval.SearchConfig(
-      top_k=5, k_prime=4, scoring="colbert", searcher="bruteforce"))
+  search_scores._colbert.clear_cache()  # pylint: disable=protected-access
+  data, token_index, _ = _search(
+      exported, scifact_slice,
+      ranker.SearchConfig(top_k=5, k_prime=4, scoring="colbert", searcher="bruteforce"))
   lengths = {len(q.split()) for q in data.queries}
-  buckets = {scoring._bucket(int(n)) for n in token_index.doc_lengths}  # pylint: disable=protected-access
+  buckets = {search_scores._bucket(int(n)) for n in token_index.doc_lengths}  # pylint: disable=protected-access
   assert len(lengths) > 3
-  assert scoring._colbert._cache_size() <= len(buckets)  # pylint: disable=protected-access
+  assert search_scores._colbert._cache_size() <= len(buckets)  # pylint: disable=protected-access
 
 
 def _eval_beir(exported, scifact_slice, tmp_path, *flags):
   model_dir, index_dir = exported
-  command = [sys.executable, "-m", "xtr.eval_beir", f"--data_dir={scifact_slice}",
-             f"--index={index_dir}", f"--checkpoint={model_dir}", f"--out={tmp_path / 'r.json'}",
-             *flags]
-  return subprocess.run(command, capture_output=True, text=True, cwd=REPO,
-                        env={**os.environ, "XLA_FLAGS": ""})
+  command = [
+      sys.executable, "-m", "xtr.cli.eval_beir", f"--data_dir={scifact_slice}",
+      f"--index={index_dir}", f"--checkpoint={model_dir}", f"--out={tmp_path / 'r.json'}", *flags
+  ]
+  return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  })
 
 
 def test_eval_beir_cli_reports_metrics_equal_to_pytrec_eval(exported, scifact_slice, tmp_path):
@@ -113,9 +121,9 @@ def test_eval_beir_cli_reports_metrics_equal_to_pytrec_eval(exported, scifact_sl
   assert (report["k_prime"], report["scoring"], report["impute"]) == (200, "xtr", "top_k_prime")
   assert set(report["latency_ms_per_query"]) == {"mean", "p50", "p95"}
   assert len(report["per_query"]) == NUM_QUERIES
-  data = evaluation.load_beir(str(scifact_slice), "test")
+  data = beir_eval.load_beir(str(scifact_slice), "test")
   import pytrec_eval  # pylint: disable=g-import-not-at-top
-  run = evaluation.read_trec_run(str(run_file))
+  run = beir_eval.read_trec_run(str(run_file))
   expected = pytrec_eval.RelevanceEvaluator(data.qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
   for name, measure in (("ndcg@10", "ndcg_cut_10"), ("recall@100", "recall_100")):
     assert report[name] == pytest.approx(np.mean([v[measure] for v in expected.values()]))
@@ -133,11 +141,13 @@ def test_eval_refuses_a_checkpoint_the_index_was_not_built_with(exported, scifac
 
 def test_search_cli_reads_stdin_and_writes_jsonl(exported):
   model_dir, index_dir = exported
-  process = subprocess.run(
-      [sys.executable, "-m", "xtr.search", f"--index={index_dir}", f"--checkpoint={model_dir}",
-       "--top_k=5", "--searcher=bruteforce"],
-      input="what causes scurvy\n\nvitamin c deficiency\n", capture_output=True, text=True,
-      cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  process = subprocess.run([
+      sys.executable, "-m", "xtr.cli.search", f"--index={index_dir}", f"--checkpoint={model_dir}",
+      "--top_k=5", "--searcher=bruteforce"
+  ], input="what causes scurvy\n\nvitamin c deficiency\n", capture_output=True, text=True, cwd=REPO,
+                           env={
+                               **os.environ, "XLA_FLAGS": ""
+                           }, check=True)
   lines = [json.loads(line) for line in process.stdout.splitlines()]
   assert [line["query_id"] for line in lines] == ["1", "3"]
   assert all(len(line["results"]) == 5 for line in lines)
@@ -145,29 +155,29 @@ def test_search_cli_reads_stdin_and_writes_jsonl(exported):
   assert scores == sorted(scores, reverse=True)
 
 
-def test_searcher_api_ranks_as_the_cli_encoding_each_query_alone(exported, scifact_slice,
-                                                                   tmp_path):
+def test_searcher_api_ranks_as_the_cli_encoding_each_query_alone(exported, scifact_slice, tmp_path):
   """xtr.Searcher (queries encoded in one batch) against xtr-search --verbose (each query
   encoded alone, timed on stderr): the same rankings (scores to 1e-4: the two batch shapes give
   vectors equal to ~1e-6, which can move a query token's k'-th retrieved score)."""
   model_dir, index_dir = exported
-  data = evaluation.load_beir(str(scifact_slice), "test")
+  data = beir_eval.load_beir(str(scifact_slice), "test")
   queries = tmp_path / "queries.tsv"
   queries.write_text("".join(f"{i}\t{t}\n" for i, t in zip(data.query_ids, data.queries)))
-  process = subprocess.run(
-      [sys.executable, "-m", "xtr.search", f"--index={index_dir}", f"--checkpoint={model_dir}",
-       "--top_k=5", "--k_prime=50", f"--queries={queries}", "--verbose"],
-      capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
-  cli = [[(r["doc_id"], r["score"]) for r in json.loads(line)["results"]]
+  process = subprocess.run([
+      sys.executable, "-m", "xtr.cli.search", f"--index={index_dir}", f"--checkpoint={model_dir}",
+      "--top_k=5", "--k_prime=50", f"--queries={queries}", "--verbose"
+  ], capture_output=True, text=True, cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, check=True)
+  cli = [[(r["doc_id"], r["score"])
+          for r in json.loads(line)["results"]]
          for line in process.stdout.splitlines()]
   gin.clear_config()
-  api = xtr.Searcher(str(index_dir), str(model_dir)).search(list(data.queries), top_k=5,
-                                                            k_prime=50)
+  api = xtr.Searcher(str(index_dir), str(model_dir)).search(list(data.queries), top_k=5, k_prime=50)
   assert len(cli) == len(api) == NUM_QUERIES
   for cli_ranking, api_ranking in zip(cli, api):
     assert [d for d, _ in cli_ranking] == [d for d, _ in api_ranking]
-    np.testing.assert_allclose([s for _, s in cli_ranking], [s for _, s in api_ranking],
-                               atol=1e-4)
+    np.testing.assert_allclose([s for _, s in cli_ranking], [s for _, s in api_ranking], atol=1e-4)
   for query_id in data.query_ids:
     assert f"query {query_id}: encode " in process.stderr
   assert f"median over {NUM_QUERIES} queries: encode " in process.stderr
@@ -180,14 +190,16 @@ def test_a_search_process_imports_neither_tensorflow_nor_seqio(exported, scifact
   pybind searcher): no TensorFlow, seqio or `scann` package, and the rankings of this process
   (which has imported TensorFlow)."""
   model_dir, index_dir = exported
-  data = evaluation.load_beir(str(scifact_slice), "test")
+  data = beir_eval.load_beir(str(scifact_slice), "test")
   script = ("import json, sys, xtr; "
             f"r = xtr.Searcher({str(index_dir)!r}, {str(model_dir)!r}).search("
             f"{list(data.queries)!r}, top_k=5, k_prime=50); print(json.dumps(r)); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'tensorflow', 'tensorflow_text', 'seqio', 'scann'}))")
-  process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                           env={
+                               **os.environ, "XLA_FLAGS": ""
+                           }, check=True)
   rankings, imported = process.stdout.splitlines()[-2:]
   assert imported == "[]"
   gin.clear_config()
@@ -204,13 +216,15 @@ def test_an_xtr_only_export_ranks_as_the_full_index_and_refuses_refinement(
   same f_XTR' rankings as the float16 index, and refinement refused by flag."""
   model_dir, index_dir = exported
   out = tmp_path / "xtr_only"
-  export = lambda: subprocess.run(
-      [sys.executable, "-m", "xtr.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
-       f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
-       "--gin_bindings=xtr.encoding.Encoder.doc_max_length = 64", f"--checkpoint={model_dir}",
-       f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={out}", "--docs_per_chunk=40",
-       "--store_vectors=none"],
-      capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""}, check=True)
+  export = lambda: subprocess.run([
+      sys.executable, "-m", "xtr.cli.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+      f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+      "--gin_bindings=xtr.models.encoding.Encoder.doc_max_length = 64", f"--checkpoint={model_dir}",
+      f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={out}", "--docs_per_chunk=40",
+      "--store_vectors=none"
+  ], capture_output=True, text=True, cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, check=True)
   process = export()
   manifest = reader.open_index(str(out)).manifest
   sizes = files.bytes_by_kind(manifest)
@@ -221,14 +235,16 @@ def test_an_xtr_only_export_ranks_as_the_full_index_and_refuses_refinement(
   (out / "chunks/vectors-00001.npy").write_bytes(b"left by a kill after the manifest")
   assert "already a complete index" in export().stdout
   assert not list((out / "chunks").glob("vectors-*"))
-  config = retrieval.SearchConfig(top_k=10, k_prime=50)
+  config = ranker.SearchConfig(top_k=10, k_prime=50)
   _, _, full = _search(exported, scifact_slice, config)
   _, _, xtr_only = _search((model_dir, out), scifact_slice, config)
   assert xtr_only.rankings == full.rankings
-  process = subprocess.run(
-      [sys.executable, "-m", "xtr.search", f"--index={out}", f"--checkpoint={model_dir}",
-       "--scoring=colbert"], input="scurvy\n", capture_output=True, text=True, cwd=REPO,
-      env={**os.environ, "XLA_FLAGS": ""}, check=False)
+  process = subprocess.run([
+      sys.executable, "-m", "xtr.cli.search", f"--index={out}", f"--checkpoint={model_dir}",
+      "--scoring=colbert"
+  ], input="scurvy\n", capture_output=True, text=True, cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, check=False)
   assert process.returncode != 0
   assert "--scoring=colbert needs the token vectors" in process.stderr
   assert "--store_vectors=none" in process.stderr
@@ -236,24 +252,27 @@ def test_an_xtr_only_export_ranks_as_the_full_index_and_refuses_refinement(
 
 def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_slice, tmp_path):
   """xtr-analyze-tokens (exact token search) against a sort of every corpus token, by loops."""
-  data, token_index, _ = _search(exported, scifact_slice, retrieval.SearchConfig())
+  data, token_index, _ = _search(exported, scifact_slice, ranker.SearchConfig())
   encoder = model_spec.encoder(token_index.manifest["model"], "manifest",
                                encoding.load_params(str(exported[0])), str(exported[0]),
                                token_index.vocabulary_file())
   k = 50
-  process = subprocess.run(
-      [sys.executable, "-m", "xtr.token_analysis", f"--data_dir={scifact_slice}",
-       f"--index={exported[1]}", f"--checkpoint={exported[0]}", f"--k={k}", "--searcher=bruteforce",
-       "--label=tiny", f"--out={tmp_path / 'tiny.json'}", f"--plot={tmp_path / 'tokens.png'}"],
-      capture_output=True, text=True, cwd=REPO, env={**os.environ, "XLA_FLAGS": ""})
+  process = subprocess.run([
+      sys.executable, "-m", "xtr.cli.analyze_tokens", f"--data_dir={scifact_slice}",
+      f"--index={exported[1]}", f"--checkpoint={exported[0]}", f"--k={k}", "--searcher=bruteforce",
+      "--label=tiny", f"--out={tmp_path / 'tiny.json'}", f"--plot={tmp_path / 'tokens.png'}"
+  ], capture_output=True, text=True, cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  })
   assert process.returncode == 0, process.stderr
   result = json.loads((tmp_path / "tiny.json").read_text())
   assert (tmp_path / "tokens.png").read_bytes()[:4] == b"\x89PNG"
   tokenizer = encoder.tokenizer
   eos = tokenizer.suffix[0]
   doc_vectors = token_index.doc_vectors(range(token_index.num_docs))
-  doc_ids = [tokenization.encode_batch(tokenizer, [text], encoder.doc_max_length)[0]
-             for text in data.docs]
+  doc_ids = [
+      tokenization.encode_batch(tokenizer, [text], encoder.doc_max_length)[0] for text in data.docs
+  ]
   all_tokens = [(d, p) for d, v in enumerate(doc_vectors) for p in range(len(v))]
   gold, lexical, num_tokens = np.zeros(k), np.zeros(k), 0
   for query_id, query in zip(data.query_ids, data.queries):
@@ -276,7 +295,7 @@ def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_sli
 
 
 def test_export_shards_split_the_corpus():
-  ranges = [indexing.shard_range(10, s, 3) for s in range(3)]
+  ranges = [build.shard_range(10, s, 3) for s in range(3)]
   assert [list(r) for r in ranges] == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
   with pytest.raises(ValueError, match="shard_id"):
-    indexing.shard_range(10, 3, 3)
+    build.shard_range(10, 3, 3)

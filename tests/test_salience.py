@@ -1,14 +1,15 @@
-"""xtr/salience.py and the salience heads of models.XTREncoder: each gate variant against an
-independent reference (bisection for the entropy LP, sorting loops for hard top-k and pruning)."""
+"""xtr/models/salience.py and the salience heads of xtr_encoder.XTREncoder: each gate variant
+against an independent reference (bisection for the entropy LP, sorting loops for hard top-k and
+pruning)."""
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xtr import models
-from xtr import salience
-from xtr import t5
+from xtr.models import salience
+from xtr.models import t5
+from xtr.models import xtr_encoder
 
 TINY = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=1, head_dim=8, mlp_dim=64)
 
@@ -94,15 +95,16 @@ def test_kept_tokens_by_a_loop():
 def test_model_has_a_salience_head_per_role():
   """Both heads are parameters with logical axes whichever role initializes; each role uses its
   own; a model without a gate has no heads (checkpoints of XTR models are unchanged)."""
-  model = models.XTREncoder(t5.T5Encoder(TINY), 16, salience.Salience(variant="relu"))
+  model = xtr_encoder.XTREncoder(t5.T5Encoder(TINY), 16, salience.Salience(variant="relu"))
   ids = np.random.default_rng(4).integers(1, 512, (3, 9)).astype(np.int32)
   ids[1, 5:] = 0
   boxed = model.init(jax.random.key(0), ids, role="query")["params"]
   specs = nn.get_partition_spec(boxed)
   for role in salience.ROLES:
-    assert specs[f"{role}_salience"] == {"kernel": jax.sharding.PartitionSpec("token_vector",
-                                                                              "salience"),
-                                         "bias": jax.sharding.PartitionSpec("salience")}
+    assert specs[f"{role}_salience"] == {
+        "kernel": jax.sharding.PartitionSpec("token_vector", "salience"),
+        "bias": jax.sharding.PartitionSpec("salience")
+    }
   params = nn.meta.unbox(boxed)
   vectors, mask, u_q = model.apply({"params": params}, ids, role="query")
   _, _, u_d = model.apply({"params": params}, ids, role="document")
@@ -111,5 +113,5 @@ def test_model_has_a_salience_head_per_role():
     expected = np.maximum(np.asarray(vectors) @ head["kernel"][:, 0] + head["bias"][0], 0)
     np.testing.assert_allclose(u, np.where(mask, expected, 0), atol=1e-6)
   assert not np.allclose(u_q, u_d)
-  plain = models.XTREncoder(t5.T5Encoder(TINY), 16)
+  plain = xtr_encoder.XTREncoder(t5.T5Encoder(TINY), 16)
   assert set(plain.init(jax.random.key(0), ids)["params"]) == {"backbone", "projection"}

@@ -1,9 +1,10 @@
-"""Tests of xtr/scoring.py against naive loops written from eq. 1 and eq. 4 of the paper."""
+"""Tests of xtr/scoring/search_scores.py against naive loops written from eq. 1 and eq. 4 of the
+paper."""
 import numpy as np
 import pytest
 
-from xtr import losses
-from xtr import scoring
+from xtr.scoring import functions
+from xtr.scoring import search_scores
 
 IMPUTE_MODES = ["top_k_prime", "zero", 0.2, -0.5, "none"]
 
@@ -59,7 +60,7 @@ def _assert_matches(doc_ids, scores, expected: dict):
 @pytest.mark.parametrize("seed", range(4))
 def test_f_xtr_prime_matches_naive(impute, seed):
   scores, doc_ids, query_mask = _random_retrieval(seed)
-  out_ids, out_scores = scoring.f_xtr_prime(scores, doc_ids, query_mask, impute=impute)
+  out_ids, out_scores = search_scores.f_xtr_prime(scores, doc_ids, query_mask, impute=impute)
   _assert_matches(out_ids, out_scores, _naive_f_xtr_prime(scores, doc_ids, query_mask, impute))
 
 
@@ -70,7 +71,7 @@ def test_f_xtr_prime_matches_naive_at_other_sizes(n, k_prime, num_docs):
   ids up to the int32 maximum (the packed sort key must not overflow)."""
   scores, doc_ids, query_mask = _random_retrieval(n + k_prime, n, k_prime, num_docs)
   for impute in ("top_k_prime", "none"):
-    _assert_matches(*scoring.f_xtr_prime(scores, doc_ids, query_mask, impute=impute),
+    _assert_matches(*search_scores.f_xtr_prime(scores, doc_ids, query_mask, impute=impute),
                     _naive_f_xtr_prime(scores, doc_ids, query_mask, impute))
 
 
@@ -78,13 +79,13 @@ def test_f_xtr_prime_without_candidates():
   scores = np.full((3, 4), -np.inf, np.float32)
   doc_ids = np.full((3, 4), -1, np.int32)
   doc_ids[2] = 5  # Only a padding query token retrieved something.
-  out_ids, out_scores = scoring.f_xtr_prime(scores, doc_ids, np.array([True, True, False]))
+  out_ids, out_scores = search_scores.f_xtr_prime(scores, doc_ids, np.array([True, True, False]))
   assert out_ids.shape == out_scores.shape == (0,)
 
 
 def test_f_xtr_prime_rejects_unknown_impute():
   with pytest.raises(ValueError, match="impute"):
-    scoring.f_xtr_prime(*_random_retrieval(0), impute="mean")
+    search_scores.f_xtr_prime(*_random_retrieval(0), impute="mean")
 
 
 def _corpus(seed: int, num_docs: int = 12, max_len: int = 7, dim: int = 8):
@@ -117,13 +118,13 @@ def test_f_xtr_prime_with_all_tokens_retrieved_is_f_colbert(seed):
   rng = np.random.default_rng(100 + seed)
   q = _unit(rng.normal(size=(5, padded.shape[-1])))
   q_mask = np.array([True, True, False, True, True])
-  colbert = np.asarray(losses.f_colbert(q[None], q_mask[None], padded, mask))[0]
+  colbert = np.asarray(functions.f_colbert(q[None], q_mask[None], padded, mask))[0]
   retrieval = _brute_force_retrieval(q, docs, k_prime=int(mask.sum()))
   for impute in IMPUTE_MODES:
-    out_ids, out_scores = scoring.f_xtr_prime(*retrieval, q_mask, impute=impute)
+    out_ids, out_scores = search_scores.f_xtr_prime(*retrieval, q_mask, impute=impute)
     np.testing.assert_array_equal(out_ids, np.arange(len(docs)))
     np.testing.assert_allclose(out_scores, colbert, rtol=1e-6, atol=1e-6)
-    ranked, _ = scoring.top_candidates(out_ids, out_scores, len(docs))
+    ranked, _ = search_scores.top_candidates(out_ids, out_scores, len(docs))
     np.testing.assert_array_equal(ranked, np.argsort(-colbert, kind="stable"))
 
 
@@ -135,17 +136,17 @@ def test_f_xtr_prime_top_k_prime_imputation_upper_bounds_f_colbert(k_prime):
   docs, padded, mask = _corpus(3)
   q = _unit(np.random.default_rng(4).normal(size=(4, padded.shape[-1])))
   q_mask = np.array([True, True, True, False])
-  colbert = np.asarray(losses.f_colbert(q[None], q_mask[None], padded, mask))[0]
+  colbert = np.asarray(functions.f_colbert(q[None], q_mask[None], padded, mask))[0]
   retrieval = _brute_force_retrieval(q, docs, k_prime)
-  candidates, out_scores = scoring.f_xtr_prime(*retrieval, q_mask)
+  candidates, out_scores = search_scores.f_xtr_prime(*retrieval, q_mask)
   assert np.all(out_scores >= colbert[candidates] - 1e-6)
   others = np.setdiff1d(np.arange(len(docs)), candidates)
   assert np.all(colbert[others] <= retrieval[0][q_mask, -1].mean() + 1e-6)
 
 
 def _naive_top_documents(doc_ids, scores, k):
-  ranked = sorted((-s, position, d) for position, (d, s) in enumerate(zip(doc_ids, scores))
-                  if d >= 0)[:k]
+  ranked = sorted(
+      (-s, position, d) for position, (d, s) in enumerate(zip(doc_ids, scores)) if d >= 0)[:k]
   padding = k - len(ranked)
   return ([d for _, _, d in ranked] + [-1] * padding,
           [-s for s, _, _ in ranked] + [-np.inf] * padding)
@@ -159,7 +160,7 @@ def test_top_candidates(count, k):
   rng = np.random.default_rng(count + k)
   doc_ids = np.sort(rng.permutation(1000)[:count]).astype(np.int32)
   scores = np.round(rng.normal(size=count), 1).astype(np.float32)
-  top_ids, top_scores = scoring.top_candidates(doc_ids, scores, k)
+  top_ids, top_scores = search_scores.top_candidates(doc_ids, scores, k)
   expected_ids, expected_scores = _naive_top_documents(doc_ids, scores, k)
   np.testing.assert_array_equal(top_ids, expected_ids)
   np.testing.assert_array_equal(top_scores, np.float32(expected_scores))
@@ -167,8 +168,9 @@ def test_top_candidates(count, k):
 
 def _naive_colbert(q, q_mask, doc) -> float:
   """Eq. 1 in loop form, in float64."""
-  maxima = [max(float(np.dot(q[i].astype(np.float64), t)) for t in doc)
-            for i in np.flatnonzero(q_mask)]
+  maxima = [
+      max(float(np.dot(q[i].astype(np.float64), t)) for t in doc) for i in np.flatnonzero(q_mask)
+  ]
   return sum(maxima) / len(maxima)
 
 
@@ -177,10 +179,10 @@ def test_colbert_rerank_matches_naive():
   docs = [_unit(rng.normal(size=(length, 8))) for length in [1, 3, 70, 9, 2, 16, 33, 5, 8, 4]]
   q = _unit(rng.normal(size=(5, 8)))
   q_mask = np.array([True, False, True, True, True])
-  scores = scoring.colbert_rerank(q, q_mask, docs, docs_per_step=4)
+  scores = search_scores.colbert_rerank(q, q_mask, docs, docs_per_step=4)
   assert isinstance(scores, np.ndarray) and scores.shape == (len(docs),)
   np.testing.assert_allclose(scores, [_naive_colbert(q, q_mask, d) for d in docs], atol=1e-6)
-  assert scoring.colbert_rerank(q, q_mask, []).shape == (0,)
+  assert search_scores.colbert_rerank(q, q_mask, []).shape == (0,)
 
 
 @pytest.mark.parametrize("k, query_tokens_per_step", [(5, 8192), (15, 8192), (5, 8)])
@@ -189,8 +191,8 @@ def test_exact_maxsim_matches_naive(k, query_tokens_per_step):
   rng = np.random.default_rng(6)
   q = _unit(rng.normal(size=(3, 4, padded.shape[-1])))
   q_mask = np.array([[True] * 4, [True, True, False, False], [False, True, True, True]])
-  doc_index, scores = scoring.exact_maxsim(q, q_mask, padded, mask, k, docs_per_step=4,
-                                               query_tokens_per_step=query_tokens_per_step)
+  doc_index, scores = search_scores.exact_maxsim(q, q_mask, padded, mask, k, docs_per_step=4,
+                                                 query_tokens_per_step=query_tokens_per_step)
   assert doc_index.shape == scores.shape == (3, k)
   for b in range(3):
     naive = np.array([_naive_colbert(q[b], q_mask[b], d) for d in docs])

@@ -14,8 +14,8 @@ import transformers
 from transformers.models.t5 import modeling_t5
 
 from tests import retrieval_setup
-from xtr import hf_weights
-from xtr import t5
+from xtr.models import hf_weights
+from xtr.models import t5
 
 GIN_MODELS = pathlib.Path(__file__).resolve().parents[1] / "gin" / "models"
 LENGTHS = (48, 31, 5)  # Longer than max_distance below, so log buckets and clipping are used.
@@ -24,10 +24,10 @@ LENGTHS = (48, 31, 5)  # Longer than max_distance below, so log buckets and clip
 def _save_hf_encoder(directory: pathlib.Path,
                      feed_forward_proj: str) -> transformers.T5EncoderModel:
   """Saves a random small T5EncoderModel (non-trivial norms and position biases) to directory."""
-  config = transformers.T5Config(
-      vocab_size=500, d_model=64, d_kv=16, d_ff=128, num_layers=3, num_heads=4,
-      feed_forward_proj=feed_forward_proj, relative_attention_num_buckets=16,
-      relative_attention_max_distance=20)
+  config = transformers.T5Config(vocab_size=500, d_model=64, d_kv=16, d_ff=128, num_layers=3,
+                                 num_heads=4, feed_forward_proj=feed_forward_proj,
+                                 relative_attention_num_buckets=16,
+                                 relative_attention_max_distance=20)
   torch.manual_seed(0)
   model = transformers.T5EncoderModel(config).eval()
   with torch.no_grad():
@@ -61,7 +61,7 @@ def hf_dir(request, tmp_path_factory) -> tuple[pathlib.Path, transformers.T5Enco
 
 @pytest.mark.parametrize("scan_layers,remat_policy", [(False, "none"), (True, "full")])
 def test_matches_transformers(hf_dir, scan_layers, remat_policy):
-  """Unscanned, and scanned (`xtr.layer_stack`) from the same file."""
+  """Unscanned, and scanned (`xtr.models.layer_stack`) from the same file."""
   directory, hf_model = hf_dir
   config, _ = _load(directory)
   config = dataclasses.replace(config, scan_layers=scan_layers, remat_policy=remat_policy)
@@ -81,8 +81,10 @@ def test_matches_transformers(hf_dir, scan_layers, remat_policy):
 def test_relative_position_buckets_match_transformers(num_buckets, max_distance):
   length = 300
   relative_position = torch.arange(length)[None, :] - torch.arange(length)[:, None]
-  expected = modeling_t5.T5Attention._relative_position_bucket(
-      relative_position, bidirectional=True, num_buckets=num_buckets, max_distance=max_distance)
+  expected = modeling_t5.T5Attention._relative_position_bucket(relative_position,
+                                                               bidirectional=True,
+                                                               num_buckets=num_buckets,
+                                                               max_distance=max_distance)
   np.testing.assert_array_equal(
       t5.relative_position_buckets(length, length, num_buckets, max_distance), expected.numpy())
 
@@ -101,16 +103,23 @@ def test_config_from_hf(hf_dir):
   directory, hf_model = hf_dir
   config, _ = _load(directory)
   gated = hf_model.config.is_gated_act
-  assert config == t5.T5Config(
-      vocab_size=500, emb_dim=64, num_heads=4, num_layers=3, head_dim=16, mlp_dim=128,
-      mlp_activations=("gelu", "linear") if gated else ("relu",),
-      relative_attention_num_buckets=16, relative_attention_max_distance=20)
+  assert config == t5.T5Config(vocab_size=500, emb_dim=64, num_heads=4, num_layers=3, head_dim=16,
+                               mlp_dim=128, mlp_activations=("gelu", "linear") if gated else
+                               ("relu",), relative_attention_num_buckets=16,
+                               relative_attention_max_distance=20)
 
 
 def test_unsupported_feed_forward_proj_is_refused():
   with pytest.raises(ValueError, match="gated-silu"):
-    hf_weights.t5_config_from_hf({"vocab_size": 8, "d_model": 4, "num_heads": 1, "num_layers": 1,
-                                  "d_kv": 4, "d_ff": 8, "feed_forward_proj": "gated-silu"})
+    hf_weights.t5_config_from_hf({
+        "vocab_size": 8,
+        "d_model": 4,
+        "num_heads": 1,
+        "num_layers": 1,
+        "d_kv": 4,
+        "d_ff": 8,
+        "feed_forward_proj": "gated-silu"
+    })
 
 
 def test_mismatched_config_is_refused(hf_dir):
@@ -121,11 +130,11 @@ def test_mismatched_config_is_refused(hf_dir):
                      match=r"missing tensor encoder\.block\.3\.layer\.0\.SelfAttention\.q"):
     hf_weights.t5_params_from_hf(tensors, dataclasses.replace(config, num_layers=4))
   with pytest.raises(ValueError, match=r"tensor shared\.weight has shape \(500, 64\), "
-                                       r"expected \(512, 64\)"):
+                     r"expected \(512, 64\)"):
     hf_weights.t5_params_from_hf(tensors, dataclasses.replace(config, vocab_size=512))
   other = ("relu",) if hf_model.config.is_gated_act else ("gelu", "linear")
   with pytest.raises(ValueError, match=r"unexpected tensor encoder\.block\.0\.layer\.1\."
-                                       r"DenseReluDense\.wi"):
+                     r"DenseReluDense\.wi"):
     hf_weights.t5_params_from_hf(tensors, dataclasses.replace(config, mlp_activations=other))
 
 
@@ -144,8 +153,10 @@ def test_logical_axes():
   config = t5.T5Config(vocab_size=50, emb_dim=8, num_heads=2, num_layers=1, head_dim=4, mlp_dim=16)
   ids = jnp.ones((1, 3), jnp.int32)
   specs = nn.get_partition_spec(t5.T5Encoder(config).init(jax.random.key(0), ids, ids > 0))
-  axes = {"/".join(path): tuple(spec) for path, spec in
-          traverse_util.flatten_dict(specs["params"]).items()}
+  axes = {
+      "/".join(path): tuple(spec)
+      for path, spec in traverse_util.flatten_dict(specs["params"]).items()
+  }
   assert axes == {
       "token_embedder/embedding": ("vocab", "embed"),
       "relpos_bias/rel_embedding": ("relpos_buckets", "heads"),
@@ -163,8 +174,7 @@ def test_logical_axes():
 
 
 def test_bfloat16_and_dropout():
-  config = t5.T5Config(vocab_size=50, emb_dim=32, num_heads=2, num_layers=2, head_dim=8,
-                       mlp_dim=64)
+  config = t5.T5Config(vocab_size=50, emb_dim=32, num_heads=2, num_layers=2, head_dim=8, mlp_dim=64)
   ids, mask = _batch(config.vocab_size)
   params = t5.T5Encoder(config).init(jax.random.key(0), ids, mask)["params"]
   full = t5.T5Encoder(config).apply({"params": params}, ids, mask)
@@ -200,11 +210,12 @@ def test_gin_model_file(name):
   model, vocabulary, _ = retrieval_setup.parse_model_file(GIN_MODELS / f"{name}.gin")
   vocab_size, emb_dim, num_heads, num_layers, mlp_dim, activations = _PUBLISHED_SIZES[name]
   head_dim = 16 if name == "t5_1_1_tiny" else 64
-  assert model.backbone.config == t5.T5Config(
-      vocab_size=vocab_size, emb_dim=emb_dim, num_heads=num_heads, num_layers=num_layers,
-      head_dim=head_dim, mlp_dim=mlp_dim, mlp_activations=activations)
+  assert model.backbone.config == t5.T5Config(vocab_size=vocab_size, emb_dim=emb_dim,
+                                              num_heads=num_heads, num_layers=num_layers,
+                                              head_dim=head_dim, mlp_dim=mlp_dim,
+                                              mlp_activations=activations)
   multilingual = name.startswith("mt5")
   assert vocabulary.extra_ids == (0 if multilingual else 100)
   assert vocabulary.sentencepiece_model_file.endswith(
-      "mc4.250000.100extra/sentencepiece.model" if multilingual
-      else "cc_all.32000/sentencepiece.model")
+      "mc4.250000.100extra/sentencepiece.model"
+      if multilingual else "cc_all.32000/sentencepiece.model")

@@ -10,11 +10,11 @@ import pytest
 import seqio
 import tensorflow as tf
 
-import tasks
-from tasks import beir
-from tasks import msmarco
 from tests.test_tokenization import tf_ids
-from xtr import vocabularies
+from xtr.data import tasks
+from xtr.data.tasks import beir
+from xtr.data.tasks import msmarco
+from xtr.text import vocabularies
 
 LENGTHS = {"query": 32, "positive": 256, "negative": 256}
 SHORT = {"query": 8, "positive": 24, "negative": 24}  # most texts get trimmed
@@ -37,20 +37,26 @@ def _raw_triples(path: pathlib.Path) -> list[list[str]]:
 
 def _raw_beir_pairs(data_dir: pathlib.Path, split: str) -> list[tuple[str, str]]:
   """(query text, title + " " + text) of each score > 0 qrels row, read independently."""
+
   def read(name):
     with open(data_dir / name, encoding="utf-8") as f:
       return {r["_id"]: r for r in map(json.loads, f)}
+
   corpus, queries = read("corpus.jsonl"), read("queries.jsonl")
   with open(data_dir / "qrels" / f"{split}.tsv", encoding="utf-8") as f:
     rows = list(csv.DictReader(f, delimiter="\t"))
   return [(queries[r["query-id"]]["text"],
            f"{corpus[r['corpus-id']]['title']} {corpus[r['corpus-id']]['text']}".strip())
-          for r in rows if int(r["score"]) > 0]
+          for r in rows
+          if int(r["score"]) > 0]
 
 
 def _texts(ds: tf.data.Dataset) -> list[tuple[str, str, str]]:
-  return [tuple(ex[k].decode("utf-8") for k in ("query", "positive", "negative"))
-          for ex in ds.as_numpy_iterator()]
+  return [
+      tuple(ex[k].decode("utf-8")
+            for k in ("query", "positive", "negative"))
+      for ex in ds.as_numpy_iterator()
+  ]
 
 
 def _unpadded(ids: np.ndarray) -> list[int]:
@@ -76,8 +82,10 @@ def test_task_ids_equal_encode_batch(any_vocab, msmarco_triples_path, scifact_di
   gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
   gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
   tasks.register_tasks(any_vocab)
-  raw = {"msmarco_triples": _raw_triples(msmarco_triples_path),
-         "beir_pairs": _raw_beir_pairs(scifact_dir, "train")}  # (query, positive): no negative
+  raw = {
+      "msmarco_triples": _raw_triples(msmarco_triples_path),
+      "beir_pairs": _raw_beir_pairs(scifact_dir, "train")
+  }  # (query, positive): no negative
   prefix, suffix = vocabularies.special_tokens(any_vocab)
   for task_name, rows in raw.items():
     ds = seqio.get_mixture_or_task(task_name).get_dataset(lengths, shuffle=False, seed=0)
@@ -97,7 +105,7 @@ def test_task_ids_equal_encode_batch(any_vocab, msmarco_triples_path, scifact_di
 
 @pytest.mark.parametrize("line, problem", [
     ("only a query\tand a positive", "expected 3 tab-separated fields (query, positive, "
-                                     "negative), got 2"),
+     "negative), got 2"),
     ("q\tp\tn\textra", "expected 3 tab-separated fields (query, positive, negative), got 4"),
     (" \tp\tn", "empty query"),
     ("q\tp\t", "empty negative"),
@@ -211,30 +219,27 @@ def test_beir_small_dir_reads_as_beir_does(tmp_path):
 
 
 @pytest.mark.parametrize("file, corpus, queries, qrels, message", [
-    ("corpus.jsonl", _CORPUS.replace('"d2", ', '"d2" '), _QUERIES, _QRELS,
-     ":2: invalid JSON"),
+    ("corpus.jsonl", _CORPUS.replace('"d2", ', '"d2" '), _QUERIES, _QRELS, ":2: invalid JSON"),
     ("corpus.jsonl", _CORPUS.replace('"_id": "d3"', '"_id": "d1"'), _QUERIES, _QRELS,
      ":3: duplicate _id 'd1' (first on line 1)"),
     ("corpus.jsonl", _CORPUS.replace('"title": "T1"', '"title": 5'), _QUERIES, _QRELS,
      ":1: field 'title' is missing or not a string"),
     ("queries.jsonl", _CORPUS, _QUERIES.replace('"text": "second?"', '"txt": "second?"'), _QRELS,
      ":2: field 'text' is missing or not a string"),
-    ("queries.jsonl", _CORPUS, _QUERIES.replace("first?", " "), _QRELS,
-     ":1: empty field 'text'"),
+    ("queries.jsonl", _CORPUS, _QUERIES.replace("first?", " "), _QRELS, ":1: empty field 'text'"),
     ("queries.jsonl", _CORPUS, "[1, 2]\n", _QRELS, ":1: expected a JSON object"),
-    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace("q2\td3", "q2\td9"),
-     ":3: corpus-id 'd9' is not in corpus.jsonl"),
-    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace("q1\td1", "q7\td1"),
-     ":2: query-id 'q7' is not in queries.jsonl"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
+        "q2\td3", "q2\td9"), ":3: corpus-id 'd9' is not in corpus.jsonl"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
+        "q1\td1", "q7\td1"), ":2: query-id 'q7' is not in queries.jsonl"),
     ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace("\t2\n", " 2\n"),
      ":3: expected 3 tab-separated fields (query-id, corpus-id, score), got 2"),
-    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace("\t2\n", "\tyes\n"),
-     ":3: score 'yes' is not an integer"),
-    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace("query-id\t", ""),
-     ":1: expected the header"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
+        "\t2\n", "\tyes\n"), ":3: score 'yes' is not an integer"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace("query-id\t",
+                                                          ""), ":1: expected the header"),
 ])
-def test_beir_bad_input_names_file_line_and_field(tmp_path, file, corpus, queries, qrels,
-                                                  message):
+def test_beir_bad_input_names_file_line_and_field(tmp_path, file, corpus, queries, qrels, message):
   data_dir = _write_beir(tmp_path, corpus, queries, qrels)
   with pytest.raises(ValueError, match=re.escape(f"{data_dir / file}{message}")):
     beir.load_pairs(data_dir)
@@ -253,8 +258,9 @@ def test_beir_invalid_utf8_names_file_line_and_byte(tmp_path):
   corpus[1] = corpus[1].replace(b"two", b"tw\xff")
   (data_dir / "corpus.jsonl").write_bytes(b"".join(corpus))
   column = corpus[1].index(b"\xff") + 1
-  with pytest.raises(ValueError, match=re.escape(
-      f"{data_dir / 'corpus.jsonl'}:2: invalid UTF-8 at byte {column} of the line")):
+  with pytest.raises(
+      ValueError, match=re.escape(
+          f"{data_dir / 'corpus.jsonl'}:2: invalid UTF-8 at byte {column} of the line")):
     beir.load_pairs(data_dir)
 
 
@@ -272,20 +278,32 @@ def test_mixture_draws_each_collection_at_its_rate(vocab, tmp_path):
   matches its rate (within 4 standard deviations), and every example is a pair of its own."""
   dirs = {}
   for name in ("alpha", "beta"):
-    corpus = "".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"{name} document {i}"}) + "\n"
-                     for i in range(6))
-    queries = "".join(json.dumps({"_id": f"q{i}", "text": f"{name} query {i}"}) + "\n"
-                      for i in range(3))
+    corpus = "".join(
+        json.dumps({
+            "_id": f"d{i}",
+            "title": "",
+            "text": f"{name} document {i}"
+        }) + "\n" for i in range(6))
+    queries = "".join(
+        json.dumps({
+            "_id": f"q{i}",
+            "text": f"{name} query {i}"
+        }) + "\n" for i in range(3))
     qrels = "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(3))
     dirs[name] = _write_beir(tmp_path / name, corpus, queries, qrels)
-  gin.bind_parameter("tasks.register_tasks.beir_tasks",
-                     {f"beir_{name}": str(path) for name, path in dirs.items()})
+  gin.bind_parameter("tasks.register_tasks.beir_tasks", {
+      f"beir_{name}": str(path) for name, path in dirs.items()
+  })
   gin.bind_parameter("tasks.register_tasks.mixtures",
-                     {"alpha_beta": {"beir_alpha": 3.0, "beir_beta": 1.0}})
+                     {"alpha_beta": {
+                         "beir_alpha": 3.0,
+                         "beir_beta": 1.0
+                     }})
   tasks.register_tasks(vocab)
   ds = seqio.get_mixture_or_task("alpha_beta").get_dataset(LENGTHS, shuffle=True, seed=0)
-  examples = [{k: vocab.decode(_unpadded(ex[k])) for k in ("query", "positive", "negative")}
-              for ex in ds.take(4000).as_numpy_iterator()]
+  examples = [{
+      k: vocab.decode(_unpadded(ex[k])) for k in ("query", "positive", "negative")
+  } for ex in ds.take(4000).as_numpy_iterator()]
   alpha = [ex["query"].startswith("alpha") for ex in examples]
   assert abs(np.mean(alpha) - 0.75) < 4 * np.sqrt(0.75 * 0.25 / len(examples))
   for ex in examples:

@@ -1,5 +1,5 @@
-"""xtr/throughput.py: model FLOPs of a train step against the matmul count of the transformer,
-peak FLOP/s by device kind, and tokens/s and MFU in the trainer's log."""
+"""xtr/training/throughput.py: model FLOPs of a train step against the matmul count of the
+transformer, peak FLOP/s by device kind, and tokens/s and MFU in the trainer's log."""
 import dataclasses
 
 import flax.linen as nn
@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from xtr import bert
-from xtr import models
-from xtr import throughput
+from xtr.models import bert
+from xtr.models import xtr_encoder
+from xtr.training import throughput
 
 B, N, C, M = 4, 32, 8, 128  # queries of N tokens, documents of M tokens
 
@@ -26,12 +26,12 @@ def _encoder_matmul_flops(config: bert.BertConfig, embed_dim: int, length: int) 
 def test_step_flops_are_three_forward_passes_and_the_scoring():
   config = bert.BertConfig(vocab_size=100, hidden_size=256, num_layers=2, num_heads=4,
                            intermediate_size=1024, max_position_embeddings=128)
-  model = models.XTREncoder(bert.BertEncoder(config), 16)
-  params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0),
-                                        jnp.ones((1, 1), jnp.int32))["params"])
+  model = xtr_encoder.XTREncoder(bert.BertEncoder(config), 16)
+  params = nn.meta.unbox(
+      jax.eval_shape(model.init, jax.random.key(0), jnp.ones((1, 1), jnp.int32))["params"])
   cost = throughput.step_cost(model, params, (B, N), (C, M))
-  matmuls = 3 * (B * _encoder_matmul_flops(config, 16, N)
-                 + C * _encoder_matmul_flops(config, 16, M) + 2 * B * N * C * M * 16)
+  matmuls = 3 * (B * _encoder_matmul_flops(config, 16, N) +
+                 C * _encoder_matmul_flops(config, 16, M) + 2 * B * N * C * M * 16)
   # XLA also counts the elementwise work (softmax, layer norm, GELU): a few percent more at this
   # width (5 %; 3 % at MiniLM's), nothing for the abstract parameters' initialization.
   assert matmuls <= cost.flops <= 1.1 * matmuls
@@ -39,6 +39,7 @@ def test_step_flops_are_three_forward_passes_and_the_scoring():
 
 
 def test_peak_flops_by_device_kind():
+
   @dataclasses.dataclass
   class Device:
     device_kind: str

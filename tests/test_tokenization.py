@@ -1,4 +1,4 @@
-"""Inference tokenization in Python (`xtr.tokenization`) against training's TF one
+"""Inference tokenization in Python (`xtr.text.tokenization`) against training's TF one
 (`vocabularies.tokenize_tf`) on real corpora and edge cases: the same ids, but where TF Text's
 and Python's SentencePiece break a tie between equally scored segmentations differently."""
 import gzip
@@ -11,14 +11,18 @@ import pytest
 import sentencepiece
 import tensorflow as tf
 
-from tests.test_vocabularies import EDGE_CASES, T5_CHECK_IDS, T5_CHECK_TEXT
-from xtr import tokenization
-from xtr import vocabularies
+from tests.test_vocabularies import EDGE_CASES
+from tests.test_vocabularies import T5_CHECK_IDS
+from tests.test_vocabularies import T5_CHECK_TEXT
+from xtr.text import tokenization
+from xtr.text import vocabularies
 
 # Beyond test_vocabularies' edge cases: NUL (TF's lowercasing ends the text there), T5's
 # sentinels written out, final sigma, dotted capital I, titlecase digraphs.
-MORE_EDGE_CASES = ["ab\x00CD", "\x00x", "fill <extra_id_0> and <extra_id_99>", "ΟΔΟΣ. ΑΣ'",
-                   "İstanbul I\u0307", "ǅemal ǈ", "a" * 600, " leading and trailing  "]
+MORE_EDGE_CASES = [
+    "ab\x00CD", "\x00x", "fill <extra_id_0> and <extra_id_99>", "ΟΔΟΣ. ΑΣ'", "İstanbul I\u0307",
+    "ǅemal ǈ", "a" * 600, " leading and trailing  "
+]
 
 
 def tf_ids(vocab, texts: list[str], max_length: int) -> np.ndarray:
@@ -35,8 +39,8 @@ def corpora(scifact_dir, msmarco_triples_path) -> list[str]:
   """Every SciFact and NFCorpus document (title + text) and query, the MS MARCO triples' texts
   and the edge cases: ~14,000 texts."""
   texts = []
-  for corpus, queries in ((open(scifact_dir / "corpus.jsonl", encoding="utf-8"),
-                           scifact_dir / "queries.jsonl"),
+  for corpus, queries in ((open(scifact_dir / "corpus.jsonl",
+                                encoding="utf-8"), scifact_dir / "queries.jsonl"),
                           (gzip.open(scifact_dir.parent / "nfcorpus" / "corpus.jsonl.gz", "rt",
                                      encoding="utf-8"),
                            scifact_dir.parent / "nfcorpus" / "queries.jsonl")):
@@ -77,14 +81,14 @@ def test_python_ids_equal_tokenize_tf(vocab, corpora, max_length, t5_spm_path):
     ours, theirs = tokenizer.encode(text), vocab.encode_tf(tf.constant(text)).numpy().tolist()
     assert model.decode(ours) == model.decode(theirs)
     assert sum(map(model.get_score, ours)) == pytest.approx(sum(map(model.get_score, theirs)),
-                                                           abs=1e-4)
+                                                            abs=1e-4)
 
 
 def test_tokenizer_rebuilt_from_its_description_is_the_same(vocab, corpora):
   tokenizer = tokenization.of(vocab)
   spec = tokenizer.describe()
-  rebuilt = (tokenization.WordPiece(spec["path"]) if spec["kind"] == "wordpiece"
-             else tokenization.SentencePiece(spec["path"], spec["extra_ids"]))
+  rebuilt = (tokenization.WordPiece(spec["path"]) if spec["kind"] == "wordpiece" else
+             tokenization.SentencePiece(spec["path"], spec["extra_ids"]))
   np.testing.assert_array_equal(tokenization.encode_batch(rebuilt, corpora[:300], 64),
                                 tokenization.encode_batch(tokenizer, corpora[:300], 64))
   assert rebuilt.size == vocab.vocab_size
@@ -120,8 +124,8 @@ def test_bert_trims_keeps_specials_pads_and_names_pieces(minilm_dir):
 
 def test_queries_of_unknown_tokens_only_are_flagged(t5_spm_path, minilm_dir):
   texts = ["what causes scurvy", "😀 🙂", "", "😀 vitamin"]
-  for tokenizer in (tokenization.SentencePiece(str(t5_spm_path), 100),
-                    tokenization.WordPiece(minilm_dir)):
+  for tokenizer in (tokenization.SentencePiece(str(t5_spm_path),
+                                               100), tokenization.WordPiece(minilm_dir)):
     ids = tokenization.encode_batch(tokenizer, texts, 16)
     np.testing.assert_array_equal(tokenization.unknown_only(tokenizer, ids),
                                   [False, True, True, False])
@@ -141,14 +145,34 @@ def test_bert_rejects_a_cased_tokenizer(minilm_dir, tmp_path):
     ("tokenizer.json", b"{forged", "is not an uncased BERT WordPiece tokenizer.json"),
     ("tokenizer.json", b'{"model": 3}', "is not an uncased BERT WordPiece tokenizer.json"),
     ("tokenizer.json", b"[]", "is not an uncased BERT WordPiece tokenizer.json"),
-    ("tokenizer.json", json.dumps({
-        "normalizer": {"type": "BertNormalizer", "lowercase": True},
-        "model": {"type": "WordPiece", "vocab": {"[PAD]": 0, "a": "1"}}}).encode(),
-     "is not an uncased BERT WordPiece tokenizer.json"),
-    ("tokenizer.json", json.dumps({
-        "normalizer": {"type": "BertNormalizer", "lowercase": True},
-        "model": {"type": "WordPiece", "vocab": {"[PAD]": 0, "a": 2}}}).encode(),
-     "the ids of model.vocab are not 0 to 1, once each"),
+    ("tokenizer.json",
+     json.dumps({
+         "normalizer": {
+             "type": "BertNormalizer",
+             "lowercase": True
+         },
+         "model": {
+             "type": "WordPiece",
+             "vocab": {
+                 "[PAD]": 0,
+                 "a": "1"
+             }
+         }
+     }).encode(), "is not an uncased BERT WordPiece tokenizer.json"),
+    ("tokenizer.json",
+     json.dumps({
+         "normalizer": {
+             "type": "BertNormalizer",
+             "lowercase": True
+         },
+         "model": {
+             "type": "WordPiece",
+             "vocab": {
+                 "[PAD]": 0,
+                 "a": 2
+             }
+         }
+     }).encode(), "the ids of model.vocab are not 0 to 1, once each"),
     ("vocab.txt", b"[PAD]\n\xff\xfe\n", "is not a WordPiece vocabulary: invalid UTF-8 at byte 7"),
     ("vocab.txt", b"[PAD]\nthe\n[UNK]\n", r"lacks the special tokens \['\[CLS\]', '\[SEP\]'\]"),
 ])
@@ -162,7 +186,9 @@ def test_a_forged_vocabulary_is_refused_naming_the_file(tmp_path, name, content,
 
 def test_vocab_txt_dir_and_tokenizer_json_are_the_same(minilm_dir, corpora):
   texts = list(itertools.islice(corpora, 200)) + EDGE_CASES
-  ids = [tokenization.encode_batch(tokenization.WordPiece(path), texts, 64)
-         for path in (minilm_dir / "tokenizer.json", minilm_dir / "vocab.txt", minilm_dir)]
+  ids = [
+      tokenization.encode_batch(tokenization.WordPiece(path), texts, 64)
+      for path in (minilm_dir / "tokenizer.json", minilm_dir / "vocab.txt", minilm_dir)
+  ]
   np.testing.assert_array_equal(ids[0], ids[1])
   np.testing.assert_array_equal(ids[0], ids[2])

@@ -16,21 +16,21 @@ import orbax.checkpoint as ocp
 import pytest
 import tensorflow as tf
 
-from xtr import alignment
-from xtr import checkpoints
-from xtr import data
-from xtr import dev_eval  # noqa: F401 (gin: trainer.train.evaluator)
-from xtr import fileio
-from xtr import hf_weights
-from xtr import layer_stack
-from xtr import models
-from xtr import objective
-from xtr import optimizers
-from xtr import partitioning
-from xtr import salience
-from xtr import t5
-from xtr import trainer
-from xtr import vocabularies
+from xtr import io
+from xtr.data import pipeline
+from xtr.evaluation import dev_eval  # noqa: F401 (gin: trainer.train.evaluator)
+from xtr.models import hf_weights
+from xtr.models import layer_stack
+from xtr.models import salience
+from xtr.models import t5
+from xtr.models import xtr_encoder
+from xtr.text import vocabularies
+from xtr.training import checkpoints
+from xtr.training import initialization
+from xtr.training import objective
+from xtr.training import optimizers
+from xtr.training import partitioning
+from xtr.training import trainer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=2, head_dim=8, mlp_dim=64)
@@ -38,10 +38,12 @@ TINY = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=2, head_d
 
 def _batch(rng: np.random.Generator, num_queries=8, docs_per_query=2, lq=12, ld=20):
   """Random token ids with random padding (id 0) at the end of each sequence."""
+
   def ids(*shape):
     tokens = rng.integers(1, TINY.vocab_size, size=shape)
     lengths = rng.integers(2, shape[-1] + 1, size=shape[:-1])
     return np.where(np.arange(shape[-1]) < lengths[..., None], tokens, 0).astype(np.int32)
+
   return {"query_tokens": ids(num_queries, lq), "doc_tokens": ids(num_queries, docs_per_query, ld)}
 
 
@@ -51,19 +53,16 @@ def _one_step(mesh, scoring, batch, micro_batch_size=None, config=TINY, pretrain
   is ALIGNER's recipe (top-1, entropy-regularized salience, with a larger ε so that float32
   reductions in another order stay within the tolerance)."""
   gate = salience.Salience(epsilon=0.05) if scoring == "aligner" else None
-  model = models.XTREncoder(backbone=t5.T5Encoder(config), embed_dim=16, salience=gate)
+  model = xtr_encoder.XTREncoder(backbone=t5.T5Encoder(config), embed_dim=16, salience=gate)
   optimizer = optimizers.make_optimizer(
       optimizer, optimizers.warmup_constant(learning_rate=1e-2, warmup_steps=0))
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules(fsdp)):
     state, shardings = trainer.init_state(model, optimizer, mesh, jax.random.key(0), pretrained)
     train_step = trainer.make_train_step(model, optimizer, mesh, shardings,
-                                         objective.Objective(scoring, k_train=16,
-                                                             token_hit_rate=scoring == "xtr",
-                                                             alignment=alignment.Alignment()),
-                                         micro_batch_size)
+                                         objective.Objective(scoring, k_train=16), micro_batch_size)
     initial = jax.device_get(state.params)
-    state, metrics = train_step(state, partitioning.global_batch(
-        batch, mesh, partitioning.data_layout(mesh)), None)
+    state, metrics = train_step(
+        state, partitioning.global_batch(batch, mesh, partitioning.data_layout(mesh)), None)
   return initial, jax.device_get(state.params), jax.device_get(metrics), state
 
 
@@ -71,10 +70,9 @@ def _assert_same_step(step, reference):
   """Equal loss and metrics, and equal parameters before and after the step (1e-5)."""
   assert step[2].keys() == reference[2].keys()
   for key in step[2]:
-    np.testing.assert_allclose(step[2][key], reference[2][key], atol=1e-5, rtol=1e-5,
-                               err_msg=key)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
-               step[1], reference[1])
+    np.testing.assert_allclose(step[2][key], reference[2][key], atol=1e-5, rtol=1e-5, err_msg=key)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), step[1],
+               reference[1])
   jax.tree.map(np.testing.assert_array_equal, step[0], reference[0])
   changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.allclose(a, b), step[1], step[0]))
   assert sum(changed) > len(changed) // 2  # The step really updated the parameters.
@@ -110,8 +108,8 @@ def test_micro_batched_step_equals_whole_batch_step(scoring, mesh):
   """Gradient caching: 16 queries in micro-batches of 8 (2 per data shard on (4, 2)) give the
   step of the whole batch."""
   batch = _batch(np.random.default_rng(1), num_queries=16)
-  mesh = (partitioning.make_mesh(devices=jax.devices()[:1]) if mesh == "one device" else
-          partitioning.make_mesh(num_partitions=2))
+  mesh = (partitioning.make_mesh(devices=jax.devices()[:1])
+          if mesh == "one device" else partitioning.make_mesh(num_partitions=2))
   _assert_same_step(_one_step(mesh, scoring, batch, micro_batch_size=8),
                     _one_step(mesh, scoring, batch))
 
@@ -124,10 +122,11 @@ def test_a_scanned_rematerialized_step_equals_the_loop_step():
   batch = _batch(np.random.default_rng(2))
   mesh = partitioning.make_mesh(num_partitions=2)
   loop = _one_step(mesh, "xtr", batch, optimizer="adamw")
-  scanned = _one_step(mesh, "xtr", batch,
-                      config=dataclasses.replace(TINY, scan_layers=True, remat_policy="full"),
-                      pretrained={**loop[0], "backbone": layer_stack.stack(loop[0]["backbone"])},
-                      optimizer="adamw")
+  scanned = _one_step(mesh, "xtr", batch, config=dataclasses.replace(TINY, scan_layers=True,
+                                                                     remat_policy="full"),
+                      pretrained={
+                          **loop[0], "backbone": layer_stack.stack(loop[0]["backbone"])
+                      }, optimizer="adamw")
   sharding = scanned[3].params["backbone"]["layers"]["mlp"]["wi_0"]["kernel"].sharding
   assert sharding.spec == jax.sharding.PartitionSpec(None, None, "model")
   unstacked = lambda params: {**params, "backbone": layer_stack.unstack(params["backbone"])}
@@ -138,14 +137,17 @@ def _step_memory(data: int, fsdp: bool):
   """XLA's memory analysis, per device, of the train step of a T5 encoder (AdamW: two moments
   per parameter) compiled for a (data, 1) mesh, with or without FSDP rules."""
   config = dataclasses.replace(TINY, emb_dim=128, mlp_dim=512, num_heads=8, head_dim=16)
-  model = models.XTREncoder(backbone=t5.T5Encoder(config), embed_dim=16)
+  model = xtr_encoder.XTREncoder(backbone=t5.T5Encoder(config), embed_dim=16)
   optimizer = optimizers.make_optimizer("adamw")
   mesh = partitioning.make_mesh(devices=jax.devices()[:data])
-  batch = {name: jax.ShapeDtypeStruct(shape, np.int32, sharding=partitioning.batch_sharding(mesh))
-           for name, shape in (("query_tokens", (8, 12)), ("doc_tokens", (8, 2, 20)))}
+  batch = {
+      name: jax.ShapeDtypeStruct(shape, np.int32, sharding=partitioning.batch_sharding(mesh))
+      for name, shape in (("query_tokens", (8, 12)), ("doc_tokens", (8, 2, 20)))
+  }
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules(fsdp)):
     state = trainer.abstract_state(model, optimizer, mesh)
-    step = trainer.make_train_step(model, optimizer, mesh, jax.tree.map(lambda x: x.sharding, state),
+    step = trainer.make_train_step(model, optimizer, mesh,
+                                   jax.tree.map(lambda x: x.sharding, state),
                                    objective.Objective("xtr", k_train=16))
     return step.lower(state, batch, None).compile().memory_analysis()
 
@@ -165,8 +167,10 @@ def test_fsdp_shards_parameters_and_optimizer_state_over_data():
 def _xtr_train(model_dir, *bindings, wait=True, output=subprocess.DEVNULL):
   """Runs xtr-train on gin/runs/smoke_msmarco.gin; without `wait`, the process (its stdout:
   `output`)."""
-  command = [sys.executable, "-m", "xtr.train", "--gin_file=gin/runs/smoke_msmarco.gin",
-             f"--gin_bindings=MODEL_DIR='{model_dir}'", *[f"--gin_bindings={b}" for b in bindings]]
+  command = [
+      sys.executable, "-m", "xtr.cli.train", "--gin_file=gin/runs/smoke_msmarco.gin",
+      f"--gin_bindings=MODEL_DIR='{model_dir}'", *[f"--gin_bindings={b}" for b in bindings]
+  ]
   env = {**os.environ, "XLA_FLAGS": ""}
   if wait:
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=True)
@@ -217,8 +221,8 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
   assert f"Resumed from {killed} at step {last}." in resumed.stdout
   reference = tmp_path / "reference"
   _xtr_train(reference, every, keep, f"trainer.train.num_steps = {target}")
-  jax.tree.map(np.testing.assert_array_equal,
-               _final_params(killed, target), _final_params(reference, target))
+  jax.tree.map(np.testing.assert_array_equal, _final_params(killed, target),
+               _final_params(reference, target))
 
 
 def test_a_checkpoint_on_a_full_disk_is_refused_naming_its_directory(tmp_path, monkeypatch):
@@ -269,26 +273,25 @@ def test_sigterm_saves_the_step_reached_and_resumes_exactly(tmp_path):
   assert f"Resumed from {stopped} at step {stopped_at}." in resumed.stdout
   reference = tmp_path / "reference"
   _xtr_train(reference, *bindings, f"trainer.train.num_steps = {target}")
-  jax.tree.map(np.testing.assert_array_equal,
-               _final_params(stopped, target), _final_params(reference, target))
+  jax.tree.map(np.testing.assert_array_equal, _final_params(stopped, target),
+               _final_params(reference, target))
 
 
-def test_a_short_run_saves_by_time_logs_throughput_evaluates_and_traces(tmp_path, capsys,
-                                                                          scifact_slice):
+def test_a_short_run_saves_by_time_logs_throughput_evaluates_and_traces(
+    tmp_path, capsys, scifact_slice):
   """save_every_minutes: a save at each logging step past the interval, not only every
   save_every_steps steps; the log has tokens/s (no MFU on CPU) and the dev evaluator's nDCG@10
   every 3 steps; profile_steps writes a trace."""
-  _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'", "trainer.train.num_steps = 6",
-                          "trainer.train.log_every_steps = 2",
-                          "trainer.train.profile_steps = (2, 3)",
-                          "trainer.train.evaluator = @xtr.dev_eval.DevEvaluator()",
-                          f"xtr.dev_eval.DevEvaluator.data_dir = '{scifact_slice}'",
-                          "xtr.dev_eval.DevEvaluator.split = 'test'",
-                          "xtr.dev_eval.DevEvaluator.every_steps = 3",
-                          "xtr.dev_eval.DevEvaluator.sampled_docs = 10",
-                          "checkpoints.Checkpointer.save_every_steps = 1000",
-                          "checkpoints.Checkpointer.save_every_minutes = 1e-9",
-                          "checkpoints.Checkpointer.keep = 100")
+  _train_smoke_in_process(
+      f"MODEL_DIR = '{tmp_path}'", "trainer.train.num_steps = 6",
+      "trainer.train.log_every_steps = 2", "trainer.train.profile_steps = (2, 3)",
+      "trainer.train.evaluator = @xtr.evaluation.dev_eval.DevEvaluator()",
+      f"xtr.evaluation.dev_eval.DevEvaluator.data_dir = '{scifact_slice}'",
+      "xtr.evaluation.dev_eval.DevEvaluator.split = 'test'",
+      "xtr.evaluation.dev_eval.DevEvaluator.every_steps = 3",
+      "xtr.evaluation.dev_eval.DevEvaluator.sampled_docs = 10",
+      "checkpoints.Checkpointer.save_every_steps = 1000",
+      "checkpoints.Checkpointer.save_every_minutes = 1e-9", "checkpoints.Checkpointer.keep = 100")
   assert _steps(tmp_path) == [1, 2, 4, 6]
   log = capsys.readouterr().out
   assert len(re.findall(r"steps/s \| \d+ tokens/s \| eta", log)) == 4 and "MFU" not in log
@@ -308,8 +311,8 @@ def test_smoke_run_lowers_the_loss(tmp_path):
 def _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, num_steps: int,
                            bindings: str):
   """Saves a random 2-layer transformers T5 (d_model 64) as the pretrained backbone and trains
-  the smoke run from it (`bindings`: gin lines importing tasks.beir, xtr.models and
-  xtr.trainer); returns its transformers config."""
+  the smoke run from it (`bindings`: gin lines importing tasks.beir, xtr.models.xtr_encoder and
+  xtr.training.trainer); returns its transformers config."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
@@ -320,34 +323,36 @@ def _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, num_step
       f"MODEL_DIR = '{tmp_path / 'model'}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
       f"T5_SPM_PATH = '{t5_spm_path}'", f"trainer.train.num_steps = {num_steps}",
       f"""from __gin__ import dynamic_registration
-      from tasks import beir
-      from xtr import hf_weights
-from xtr import layer_stack
-      from xtr import models
-      from xtr import t5
-      from xtr import trainer
-      trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
+      from xtr.data.tasks import beir
+      from xtr.models import hf_weights
+      from xtr.models import layer_stack
+      from xtr.models import t5
+      from xtr.models import xtr_encoder
+      from xtr.training import initialization
+      from xtr.training import objective
+      initialization.Initialization.pretrained_backbone = @hf_weights.load_t5_backbone
       hf_weights.load_t5_backbone.path = '{tmp_path / 'hf'}'
       hf_weights.load_t5_backbone.config = @t5.T5Config()
       {bindings}""")
   return hf_config
 
 
-@pytest.mark.parametrize("projection_init,sample_task", [
-    ("random", None), ("pca", None), ("pca", "beir_pairs")])
+@pytest.mark.parametrize("projection_init,sample_task", [("random", None), ("pca", None),
+                                                         ("pca", "beir_pairs")])
 def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_path, t5_spm_path,
-                                                     scifact_dir, projection_init, sample_task):
+                                                      scifact_dir, projection_init, sample_task):
   """`pretrained_backbone` loads HF weights into the model; num_steps = 0 saves them as is.
 
   With projection_init="pca", the saved projection is the PCA of the backbone's token vectors:
   orthonormal columns, unlike a random init; they span the PCA of the first batches of
   `projection_sample_task` (here SciFact pairs) where one is given, not of the training task's.
   """
-  from xtr import encoding  # pylint: disable=g-import-not-at-top
-  hf_config = _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, 0, f"""
-      trainer.train.projection_init = '{projection_init}'
-      models.XTREncoder.embed_dim = 32
-      trainer.train.projection_sample_task = {sample_task!r}
+  from xtr.models import encoding  # pylint: disable=g-import-not-at-top
+  hf_config = _train_from_tiny_hf_t5(
+      tmp_path, msmarco_triples_path, t5_spm_path, 0, f"""
+      initialization.Initialization.projection_init = '{projection_init}'
+      xtr_encoder.XTREncoder.embed_dim = 32
+      initialization.Initialization.projection_sample_task = {sample_task!r}
       beir.load_pairs.data_dir = '{scifact_dir}'""")
   saved = encoding.load_params(str(tmp_path / "model"))
   expected = hf_weights.t5_params_from_hf(hf_weights.read_safetensors(tmp_path / "hf"),
@@ -360,31 +365,35 @@ def test_num_steps_zero_saves_the_pretrained_backbone(tmp_path, msmarco_triples_
   if projection_init == "pca":
     vocab = vocabularies.t5_vocabulary(str(t5_spm_path))
     lengths = {"query": 32, "positive": 64, "negative": 64}  # smoke_msmarco.gin's, batches of 16
+
     def pca_of(task):
       gin.bind_parameter("tasks.msmarco.triples_files.path", str(msmarco_triples_path))
       gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
-      batches = list(data.get_dataset(task, vocab, lengths, 16, 0).take(trainer.PCA_BATCHES)
-                     .as_numpy_iterator())
+      batches = list(
+          pipeline.get_dataset(task, vocab, lengths, 16,
+                               0).take(initialization.PCA_BATCHES).as_numpy_iterator())
       ids = [i for b in batches for i in (b["query_tokens"], b["doc_tokens"].reshape(-1, 64))]
-      model = models.XTREncoder(backbone=t5.T5Encoder(hf_weights.t5_config_from_hf(
-          hf_config.to_dict())), embed_dim=32)
-      return models.pca_projection(model, saved["backbone"], ids)
+      model = xtr_encoder.XTREncoder(
+          backbone=t5.T5Encoder(hf_weights.t5_config_from_hf(hf_config.to_dict())), embed_dim=32)
+      return xtr_encoder.pca_projection(model, saved["backbone"], ids)
+
     same_subspace = lambda a, b: np.allclose(np.abs(a.T @ b), np.eye(32), atol=1e-3)
     assert same_subspace(kernel, pca_of(sample_task or "msmarco_triples"))
-    assert not same_subspace(kernel, pca_of("beir_pairs" if sample_task is None else
-                                            "msmarco_triples"))
+    assert not same_subspace(kernel,
+                             pca_of("beir_pairs" if sample_task is None else "msmarco_triples"))
     gin.clear_config()
 
 
 def test_a_scanned_model_starts_from_unscanned_pretrained_weights(tmp_path, msmarco_triples_path,
-                                                                 t5_spm_path):
+                                                                  t5_spm_path):
   """The loader's T5Config is unscanned, the model's scanned and rematerialized: the trainer
   stacks the Hugging Face weights, and num_steps = 0 saves them so."""
-  hf_config = _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, 0, """
+  hf_config = _train_from_tiny_hf_t5(
+      tmp_path, msmarco_triples_path, t5_spm_path, 0, """
       t5.T5Encoder.config = @scanned/t5.T5Config()
       scanned/t5.T5Config.scan_layers = True
       scanned/t5.T5Config.remat_policy = 'full'""")
-  from xtr import encoding  # pylint: disable=g-import-not-at-top
+  from xtr.models import encoding  # pylint: disable=g-import-not-at-top
   saved = encoding.load_params(str(tmp_path / "model"))
   expected = hf_weights.t5_params_from_hf(hf_weights.read_safetensors(tmp_path / "hf"),
                                           hf_weights.t5_config_from_hf(hf_config.to_dict()))
@@ -395,18 +404,20 @@ def test_a_scanned_model_starts_from_unscanned_pretrained_weights(tmp_path, msma
 def test_resume_needs_no_pretrained_weights(tmp_path, msmarco_triples_path, t5_spm_path, capsys):
   """A resumed run takes every parameter from its checkpoint: the pretrained weights (and the
   PCA of their token vectors) are not loaded again, so they may be gone."""
-  bindings = [f"MODEL_DIR = '{tmp_path}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
-              f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 2",
-              "checkpoints.Checkpointer.save_every_steps = 1"]
+  bindings = [
+      f"MODEL_DIR = '{tmp_path}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+      f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 2",
+      "checkpoints.Checkpointer.save_every_steps = 1"
+  ]
   train = lambda *extra: _train_smoke_in_process(*bindings, *extra)
   reference = jax.device_get(train().params)
   missing = f"""from __gin__ import dynamic_registration
-      from xtr import hf_weights
-from xtr import layer_stack
-      from xtr import t5
-      from xtr import trainer
-      trainer.train.pretrained_backbone = @hf_weights.load_t5_backbone
-      trainer.train.projection_init = 'pca'
+      from xtr.models import hf_weights
+      from xtr.models import layer_stack
+      from xtr.models import t5
+      from xtr.training import initialization
+      initialization.Initialization.pretrained_backbone = @hf_weights.load_t5_backbone
+      initialization.Initialization.projection_init = 'pca'
       hf_weights.load_t5_backbone.path = '{tmp_path / 'missing'}'
       hf_weights.load_t5_backbone.config = @t5.T5Config()"""
   with pytest.raises(FileNotFoundError):
@@ -416,11 +427,13 @@ from xtr import layer_stack
   jax.tree.map(np.testing.assert_array_equal, resumed, reference)
 
 
-@pytest.mark.parametrize("run,bindings,gate", [
-    ("aligner_minilm_scifact", [], salience.Salience("relu")),  # chosen on dev
-    ("aligner_msmarco", ["MODEL_DIR = 'm'", "TRIPLES_PATH = 't'", "PRETRAINED_PATH = 'p'"],
-     salience.Salience("entropy_lp", 0.5, 0.4, 0.002)),  # the paper's
-])
+@pytest.mark.parametrize(
+    "run,bindings,gate",
+    [
+        ("aligner_minilm_scifact", [], salience.Salience("relu")),  # chosen on dev
+        ("aligner_msmarco", ["MODEL_DIR = 'm'", "TRIPLES_PATH = 't'", "PRETRAINED_PATH = 'p'"
+                            ], salience.Salience("entropy_lp", 0.5, 0.4, 0.002)),  # the paper's
+    ])
 def test_aligner_run_configs_train_aligner_with_salience(run, bindings, gate):
   """The ALIGNER run files parse and configure top-1 ALIGNER training with their gate."""
   from tests import retrieval_setup  # pylint: disable=g-import-not-at-top
@@ -429,45 +442,51 @@ def test_aligner_run_configs_train_aligner_with_salience(run, bindings, gate):
     gin.parse_config_files_and_bindings([str(REPO / f"gin/runs/{run}.gin")],
                                         [*bindings, "_gin_model.model = %MODEL"])
     model = retrieval_setup._gin_model()  # pylint: disable=protected-access
-    assert gin.query_parameter("trainer.train.scoring") == "aligner"
+    assert gin.query_parameter("objective.Objective.scoring") == "aligner"
     assert model.salience == gate
-    assert str(gin.query_parameter("trainer.train.alignment").scoped_configurable_fn()) == "top_k:1"
+    assert str(
+        gin.query_parameter("objective.Objective.alignment").scoped_configurable_fn()) == "top_k:1"
   finally:
     gin.clear_config()
 
 
 def test_distillation_starts_at_zero_for_the_teacher_itself(tmp_path, msmarco_triples_path,
-                                                           t5_spm_path, capsys):
+                                                            t5_spm_path, capsys):
   """The model is the pretrained backbone without projection and k_train keeps every token of
   the batch (f_XTR = f_ColBERT): at step 1 the student is its own teacher (KL 0); training then
   moves it away, and the KL term grows."""
-  _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, 20, f"""
-      trainer.train.distillation = 1.0
-      trainer.train.k_train = {16 * 2 * 64}
-      models.XTREncoder.embed_dim = None""")
+  _train_from_tiny_hf_t5(
+      tmp_path, msmarco_triples_path, t5_spm_path, 20, f"""
+      objective.Objective.distillation = 1.0
+      objective.Objective.k_train = {16 * 2 * 64}
+      xtr_encoder.XTREncoder.embed_dim = None""")
   kl = [float(x) for x in re.findall(r"distillation_kl ([0-9.e-]+) \|", capsys.readouterr().out)]
   assert len(kl) == 3 and kl[0] < 1e-5 < kl[-1], kl  # Steps 1, 10, 20.
   _train_from_tiny_hf_t5(tmp_path, msmarco_triples_path, t5_spm_path, 22, f"""
-      trainer.train.distillation = 1.0
-      trainer.train.k_train = {16 * 2 * 64}
-      models.XTREncoder.embed_dim = None""")  # A resumed run loads its teacher again.
+      objective.Objective.distillation = 1.0
+      objective.Objective.k_train = {16 * 2 * 64}
+      xtr_encoder.XTREncoder.embed_dim = None""")  # A resumed run loads its teacher again.
   assert f"Resumed from {tmp_path / 'model'} at step 20." in capsys.readouterr().out
 
 
 def test_distillation_needs_a_teacher(tmp_path, msmarco_triples_path, t5_spm_path):
-  with pytest.raises(ValueError, match=r"distillation=0.5 needs a pretrained_backbone"):
+  with pytest.raises(
+      ValueError,
+      match=r"distillation=0.5 needs initialization.Initialization.pretrained_backbone"):
     _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
-                            f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.distillation = 0.5")
+                            f"T5_SPM_PATH = '{t5_spm_path}'",
+                            "objective.Objective.distillation = 0.5")
 
 
 def test_a_second_run_into_one_model_dir_is_refused(tmp_path, msmarco_triples_path, t5_spm_path):
   """Held by a live run (here: this process's lock), the model dir refuses a second run before
   its mesh or data exist; the first run's lock file is left as it was."""
   lock_path = tmp_path / trainer.TRAIN_LOCK
-  with fileio.Lock(str(lock_path), "training", str):
+  with io.Lock(str(lock_path), "training", str):
     held = lock_path.read_bytes()
-    with pytest.raises(fileio.LockedError, match=rf"{tmp_path} is being trained by another run "
-                       rf"\(training by process {os.getpid()} on .*\); wait for it"):
+    with pytest.raises(
+        io.LockedError, match=rf"{tmp_path} is being trained by another run "
+        rf"\(training by process {os.getpid()} on .*\); wait for it"):
       _train_smoke_in_process(f"MODEL_DIR = '{tmp_path}'",
                               f"TRIPLES_PATH = '{msmarco_triples_path}'",
                               f"T5_SPM_PATH = '{t5_spm_path}'")

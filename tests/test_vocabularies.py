@@ -8,19 +8,33 @@ import pytest
 import tensorflow as tf
 import transformers
 
-from xtr import vocabularies
+from xtr.text import vocabularies
 
 T5_CHECK_TEXT = "translate English to German: That is good."
 T5_CHECK_IDS = [13959, 1566, 12, 2968, 10, 466, 19, 207, 5]
 
 # Accents, scripts, symbols, control and space characters, long words, final sigma.
 EDGE_CASES = [
-    "Café déjà vu — naïve façade", "Straße ß ÅNGSTRÖM İstanbul", "中文字符 日本語 한국어",
-    "tab\tnew\nline\r end", "a\x00b\ufffdc\u200bd\u00ade\x0bf\x85g",
+    "Café déjà vu — naïve façade",
+    "Straße ß ÅNGSTRÖM İstanbul",
+    "中文字符 日本語 한국어",
+    "tab\tnew\nline\r end",
+    "a\x00b\ufffdc\u200bd\u00ade\x0bf\x85g",
     "a\u00a0b\u2003c\u3000d\u2028e",
-    "emoji 😀👍🏽🥰", "x" * 120, "é" * 101, "é" * 100, "α" * 101, "ﬁ ligature ½ ①", "ΟΔΟΣ Σ ς σ",
-    "", "   ", "hello---world!!! (a+b)=c $5 @x #y ^z `q` ~w |p \\ «guillemets»", "ＡＢＣ",
-    "x\u0301\u0327y", "10 µg/m² ≤ 5 ± 2 °C, CD4⁺ H₂O…", "Ǆ ǅ ǆ ǰ ẞ K Å Ω",
+    "emoji 😀👍🏽🥰",
+    "x" * 120,
+    "é" * 101,
+    "é" * 100,
+    "α" * 101,
+    "ﬁ ligature ½ ①",
+    "ΟΔΟΣ Σ ς σ",
+    "",
+    "   ",
+    "hello---world!!! (a+b)=c $5 @x #y ^z `q` ~w |p \\ «guillemets»",
+    "ＡＢＣ",
+    "x\u0301\u0327y",
+    "10 µg/m² ≤ 5 ± 2 °C, CD4⁺ H₂O…",
+    "Ǆ ǅ ǆ ǰ ẞ K Å Ω",
 ]
 
 
@@ -102,8 +116,8 @@ def test_bert_tf_encoding_keeps_the_iterator_checkpointable(minilm_dir, texts, t
   path = checkpoint.write(str(tmp_path / "iterator"))
   after = [next(iterator).numpy().tolist() for _ in range(2)]
   checkpoint.read(path)
-  assert [next(iterator).numpy().tolist() for _ in range(2)] == after == [
-      vocab.encode(t) for t in texts[1:3]]
+  assert [next(iterator).numpy().tolist() for _ in range(2)
+         ] == after == [vocab.encode(t) for t in texts[1:3]]
   assert vocab.encode_tf(tf.constant(texts[0])).numpy().tolist() == vocab.encode(texts[0])
 
 

@@ -1,5 +1,5 @@
-"""Tests for xtr/wise_ft.py: the interpolation against a hand computation, and the command on a
-trained run (its initial parameters saved by the trainer)."""
+"""Tests for xtr/training/wise_ft.py: the interpolation against a hand computation, and the command
+on a trained run (its initial parameters saved by the trainer)."""
 import subprocess
 
 import jax
@@ -8,9 +8,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.test_trainer import REPO, _final_params, _train_smoke_in_process
-from xtr import encoding
-from xtr import wise_ft
+from tests.test_trainer import REPO
+from tests.test_trainer import _final_params
+from tests.test_trainer import _train_smoke_in_process
+from xtr.models import encoding
+from xtr.training import wise_ft
 
 
 def test_interpolate_matches_a_hand_computation():
@@ -25,33 +27,44 @@ def test_interpolate_matches_a_hand_computation():
 
 
 @pytest.mark.parametrize("tuned, alpha, message", [
-    ({"a": np.zeros(2)}, 1.5, r"alpha must be in \[0, 1\]"),
-    ({"a": np.zeros(3)}, 0.5, r"Parameter \['a'\]: initial shape \(2,\), fine-tuned \(3,\)"),
-    ({"b": np.zeros(2)}, 0.5, "differ in structure"),
+    ({
+        "a": np.zeros(2)
+    }, 1.5, r"alpha must be in \[0, 1\]"),
+    ({
+        "a": np.zeros(3)
+    }, 0.5, r"Parameter \['a'\]: initial shape \(2,\), fine-tuned \(3,\)"),
+    ({
+        "b": np.zeros(2)
+    }, 0.5, "differ in structure"),
 ])
 def test_interpolate_refuses_mismatches(tuned, alpha, message):
   with pytest.raises(ValueError, match=message):
     wise_ft.interpolate({"a": np.zeros(2)}, tuned, alpha)
 
 
-def test_command_interpolates_a_run_with_its_saved_initial_parameters(
-    tmp_path, msmarco_triples_path, t5_spm_path):
+def test_command_interpolates_a_run_with_its_saved_initial_parameters(tmp_path,
+                                                                      msmarco_triples_path,
+                                                                      t5_spm_path):
   model_dir = tmp_path / "run"
-  _train_smoke_in_process(
-      f"MODEL_DIR = '{model_dir}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
-      f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 3",
-      "trainer.train.save_initial_params = True")
+  _train_smoke_in_process(f"MODEL_DIR = '{model_dir}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+                          f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 3",
+                          "initialization.Initialization.save_initial_params = True")
   initial = ocp.PyTreeCheckpointer().restore(model_dir / "initial" / "state")["params"]
   final = _final_params(model_dir, 3)
   assert not np.array_equal(initial["projection"]["kernel"], final["projection"]["kernel"])
   out = tmp_path / "wise_ft"
-  subprocess.run([str(REPO / ".venv/bin/xtr-wise-ft"), f"--checkpoint={model_dir}",
-                  "--alpha=0.25", f"--out={out}"], check=True, capture_output=True)
+  subprocess.run([
+      str(REPO / ".venv/bin/xtr-wise-ft"), f"--checkpoint={model_dir}", "--alpha=0.25",
+      f"--out={out}"
+  ], check=True, capture_output=True)
   mixed = encoding.load_params(str(out))
-  jax.tree.map(lambda m, a, b: np.testing.assert_allclose(m, 0.75 * a + 0.25 * b, rtol=1e-6,
-                                                          atol=1e-7), mixed, initial, final)
-  again = subprocess.run([str(REPO / ".venv/bin/xtr-wise-ft"), f"--checkpoint={model_dir}",
-                          "--alpha=0.25", f"--out={out}"], capture_output=True, text=True)
+  jax.tree.map(
+      lambda m, a, b: np.testing.assert_allclose(m, 0.75 * a + 0.25 * b, rtol=1e-6, atol=1e-7),
+      mixed, initial, final)
+  again = subprocess.run([
+      str(REPO / ".venv/bin/xtr-wise-ft"), f"--checkpoint={model_dir}", "--alpha=0.25",
+      f"--out={out}"
+  ], capture_output=True, text=True)
   assert again.returncode != 0 and f"--out={out} exists" in again.stderr
 
 

@@ -6,9 +6,9 @@ checks its own arguments before any expensive work:
   def train(num_steps: int = 50_000, ...):
     typecheck.arguments(train, locals())
 """
+from collections.abc import Callable
 import types
 import typing
-from collections.abc import Callable
 from typing import Any
 
 
@@ -30,8 +30,8 @@ def matches(value: Any, annotation: Any) -> bool:
     return any(matches(value, a) for a in args)
   if origin is tuple:
     items = args[:1] * len(value) if args[1:] == (...,) else args
-    return (isinstance(value, (tuple, list)) and len(items) == len(value)
-            and all(matches(v, a) for v, a in zip(value, items)))
+    return (isinstance(value, (tuple, list)) and len(items) == len(value) and
+            all(matches(v, a) for v, a in zip(value, items)))
   if origin is dict:
     return isinstance(value, dict) and all(
         matches(k, args[0]) and matches(v, args[1]) for k, v in value.items())
@@ -44,15 +44,15 @@ class BindingError(TypeError, ValueError):
 
 
 def arguments(fn: Callable[..., Any], values: dict[str, Any]) -> None:
-  """Raises BindingError (a TypeError) naming the first of `fn`'s arguments whose value does not fit its
-  annotation (as `module.function.argument`, how gin names it)."""
+  """Raises BindingError (a TypeError) naming the first of `fn`'s arguments whose value does not
+  fit its annotation (as `module.function.argument`, how gin names it)."""
   hints = typing.get_type_hints(fn)
   for name, value in values.items():
     if name in hints and not matches(value, hints[name]):
       qualname = fn.__qualname__.removesuffix(".__init__")
-      where = f"{fn.__module__.removeprefix('xtr.')}.{qualname}.{name}"
+      where = f"{fn.__module__.rsplit('.', 1)[-1]}.{qualname}.{name}"
       raise BindingError(f"{where} = {value!r}: expected {_name(hints[name])}, got "
-                      f"{type(value).__name__}; check its gin binding.")
+                         f"{type(value).__name__}; check its gin binding.")
 
 
 def _name(annotation: Any) -> str:

@@ -78,8 +78,10 @@ def _read_json(path: str):
 
 
 def _dir_bytes(path: str) -> int:
-  return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path)
-             for name in names)
+  return sum(
+      os.path.getsize(os.path.join(root, name))
+      for root, _, names in os.walk(path)
+      for name in names)
 
 
 def _cached_build(folder: str, threads: int, build) -> dict:
@@ -92,45 +94,54 @@ def _cached_build(folder: str, threads: int, build) -> dict:
   os.makedirs(os.path.dirname(folder), exist_ok=True)
   start, cpu = time.perf_counter(), _cpu_s()
   build()
-  record = {"build_s": time.perf_counter() - start, "build_cpu_s": _cpu_s() - cpu,
-            "build_threads": threads}
+  record = {
+      "build_s": time.perf_counter() - start,
+      "build_cpu_s": _cpu_s() - cpu,
+      "build_threads": threads
+  }
   with open(record_path, "w", encoding="utf-8") as f:
     json.dump(record, f)
   return record | {"built_now": True}
 
 
 class Xtr:
-  """This project's search (`xtr.retrieval`) over an index it builds once from the dumped
+  """This project's search (`xtr.retrieval.ranker`) over an index it builds once from the dumped
   vectors, as `xtr-export` would from the same vectors: float16 chunks (`xtr.index.writer`),
   then ScaNN with the `ScannConfig` of `scann_gin` (a gin file; None: the settings of the index
   the vectors came from, whose model and fingerprint it records, so that the same query encoder
   searches it). The build is timed whole. Search: f_XTR' one query at a time (`rank`) or in
   batches (`rank_batch`), or ColBERT's three stages."""
 
-  def __init__(self, data: Data, cache: str, threads: int, name: str,
-               scann_gin: str | None = None, scoring: str = "xtr", batch: int = 0,
-               k_prime: int = 1000, shards: int = 1):
-    from xtr import retrieval  # pylint: disable=import-outside-toplevel
+  def __init__(self, data: Data, cache: str, threads: int, name: str, scann_gin: str | None = None,
+               scoring: str = "xtr", batch: int = 0, k_prime: int = 1000, shards: int = 1):
     from xtr.index import files  # pylint: disable=import-outside-toplevel
     from xtr.index import reader  # pylint: disable=import-outside-toplevel
-    self._retrieval = retrieval
+    from xtr.retrieval import ranker  # pylint: disable=import-outside-toplevel
+    self._ranking = ranker
     folder = os.path.join(cache, name)
     self.info = _cached_build(folder, threads,
                               lambda: _build_xtr_index(data, folder, scann_gin, shards))
     self.index = reader.open_index(folder)
-    manifests = [files.read_json(os.path.join(path, files.MANIFEST))
-                 for path in _index_dirs(folder, shards)]
+    manifests = [
+        files.read_json(os.path.join(path, files.MANIFEST)) for path in _index_dirs(folder, shards)
+    ]
     kinds = [files.bytes_by_kind(manifest) for manifest in manifests]
     self.info["bytes"] = sum(k["scann"] + k["records"] if scoring == "xtr"  # f_XTR' reads
                              else sum(k.values()) for k in kinds)
-    self.info["settings"] = {"scann_gin": scann_gin, "scoring": scoring, "k_prime": k_prime,
-                             "batch": batch, "shards": shards, "scann": manifests[0]["scann"]}
-    self.config = retrieval.SearchConfig(top_k=TOP_K, k_prime=k_prime, scoring=scoring,
-                                         threads=threads)
+    self.info["settings"] = {
+        "scann_gin": scann_gin,
+        "scoring": scoring,
+        "k_prime": k_prime,
+        "batch": batch,
+        "shards": shards,
+        "scann": manifests[0]["scann"]
+    }
+    self.config = ranker.SearchConfig(top_k=TOP_K, k_prime=k_prime, scoring=scoring,
+                                      threads=threads)
     self.batch = batch
     self.q, self.q_mask = data.query_padded, data.query_mask
     self.u_q = np.ones(self.q_mask.shape, np.float32)  # No salience: f_XTR' and f_ColBERT.
-    retrieval.warm_up(self.index, self.q[0], self.q_mask[0], self.u_q[0], self.config)
+    ranker.warm_up(self.index, self.q[0], self.q_mask[0], self.u_q[0], self.config)
 
   def search(self) -> tuple[list, list]:
     names = self.index.doc_ids
@@ -139,14 +150,14 @@ class Xtr:
       for start in range(0, len(self.q), self.batch):
         part = slice(start, start + self.batch)
         begin = time.perf_counter()
-        ranked = self._retrieval.rank_batch(self.index, self.q[part], self.q_mask[part],
-                                            self.u_q[part], self.config)
+        ranked = self._ranking.rank_batch(self.index, self.q[part], self.q_mask[part],
+                                          self.u_q[part], self.config)
         ms += [1000 * (time.perf_counter() - begin) / len(ranked)] * len(ranked)
         rankings += [_named(names, *top) for top in ranked]
       return rankings, ms
     for q, mask, u in zip(self.q, self.q_mask, self.u_q):
       begin = time.perf_counter()
-      top = self._retrieval.rank(self.index, q, mask, u, self.config)
+      top = self._ranking.rank(self.index, q, mask, u, self.config)
       ms.append(1000 * (time.perf_counter() - begin))
       rankings.append(_named(names, *top))
     return rankings, ms
@@ -162,8 +173,11 @@ def _build_xtr_index(data: Data, folder: str, scann_gin: str | None, shards: int
   """An index of the dumped vectors at `folder` (see `Xtr`), in `shards` shards of contiguous
   documents as `xtr-export --num_shards` writes them (1: not sharded)."""
   import gin  # pylint: disable=import-outside-toplevel
-  from xtr import indexing  # pylint: disable=import-outside-toplevel
-  from xtr.index import files, scann, writer  # pylint: disable=import-outside-toplevel
+
+  from xtr.index import build  # pylint: disable=import-outside-toplevel
+  from xtr.index import files  # pylint: disable=import-outside-toplevel
+  from xtr.index import scann  # pylint: disable=import-outside-toplevel
+  from xtr.index import writer  # pylint: disable=import-outside-toplevel
   source = files.read_json(os.path.join(data.source["index"], files.MANIFEST))
   if scann_gin:
     gin.parse_config_file(scann_gin)
@@ -172,11 +186,11 @@ def _build_xtr_index(data: Data, folder: str, scann_gin: str | None, shards: int
     config = scann.ScannConfig(**{k: v for k, v in source["scann"].items() if k != "scoring"})
   num_docs, docs_per_chunk, vectors = len(data.doc_ids), 1000, data.docs()
   for shard, path in enumerate(_index_dirs(folder, shards)):
-    shard_docs = indexing.shard_range(num_docs, shard, shards)
+    shard_docs = build.shard_range(num_docs, shard, shards)
     index = writer.IndexWriter(
         path, data.doc_vectors.shape[1], "float16", source["model"], source["fingerprint"],
-        docs_per_chunk, indexing.corpus_record(os.path.join(data.path, "doc_ids.json"),
-                                               shard_docs, num_docs),
+        docs_per_chunk,
+        build.corpus_record(os.path.join(data.path, "doc_ids.json"), shard_docs, num_docs),
         vocabulary=os.path.join(data.source["index"], source["model"]["vocabulary"]["path"]))
     for chunk in range(index.completed_chunks(), -(-len(shard_docs) // docs_per_chunk)):
       docs = shard_docs[chunk * docs_per_chunk:(chunk + 1) * docs_per_chunk]
@@ -217,21 +231,28 @@ class PylateXtr(_Pylate):
   def __init__(self, data: Data, cache: str, threads: int, name: str, index: dict,
                k_token: int | None = None, batch: int = 1):
     super().__init__(threads)
-    from pylate import indexes, retrieve  # pylint: disable=import-outside-toplevel
+    from pylate import indexes  # pylint: disable=import-outside-toplevel
+    from pylate import retrieve  # pylint: disable=import-outside-toplevel
     folder = os.path.join(cache, name)
-    make = lambda override: indexes.ScaNN(index_folder=cache, index_name=name,
-                                          store_embeddings=False, override=override, **index)
-    self.info = _cached_build(folder, threads, lambda: make(True).add_documents(
-        data.doc_ids, data.docs()))
+    make = lambda override: indexes.ScaNN(index_folder=cache, index_name=name, store_embeddings=
+                                          False, override=override, **index)
+    self.info = _cached_build(folder, threads,
+                              lambda: make(True).add_documents(data.doc_ids, data.docs()))
     self.index = make(False)  # Loads what the build saved.
     searcher = self.index.searcher
     searcher.set_num_threads(threads)
     if threads == 1:  # PyLate always calls search_batched_parallel, which uses 2 cores.
       searcher.search_batched_parallel = lambda queries, final_num_neighbors: (
           searcher.search_batched(queries, final_num_neighbors))
-    self.info |= {"bytes": _dir_bytes(folder), "settings": {
-            "index": index, "k_token": k_token or retrieve.XTR.default_k_token,
-            "batch": batch, "built": _read_json(os.path.join(folder, "metadata.json"))}}
+    self.info |= {
+        "bytes": _dir_bytes(folder),
+        "settings": {
+            "index": index,
+            "k_token": k_token or retrieve.XTR.default_k_token,
+            "batch": batch,
+            "built": _read_json(os.path.join(folder, "metadata.json"))
+        }
+    }
     self.retriever = retrieve.XTR(index=self.index)
     self.retriever._show_progress = lambda: False  # pylint: disable=protected-access
     self.queries, self.k_token, self.batch = data.queries, k_token, batch
@@ -252,8 +273,7 @@ class PylateIndex(_Pylate):
   a minute on 2 cores, in child processes (not in build_cpu_s): the untimed tiny build before
   the timed one compiles them (into ~/.cache/torch_extensions), so build_s is the build's."""
 
-  def __init__(self, data: Data, cache: str, threads: int, name: str, index: str,
-               **settings):
+  def __init__(self, data: Data, cache: str, threads: int, name: str, index: str, **settings):
     super().__init__(threads)
     from pylate import indexes  # pylint: disable=import-outside-toplevel
     native = "xtr-warp-rs" if index == "WARP" else "fast-plaid" if settings.get("use_fast") else ""
@@ -263,10 +283,11 @@ class PylateIndex(_Pylate):
     index_class = getattr(indexes, index)
     _tiny_build(lambda folder: index_class(index_folder=folder, override=True, **settings))
     folder = os.path.join(cache, name)
-    make = lambda override: index_class(index_folder=cache, index_name=name, override=override,
-                                        **settings)
-    self.info = _cached_build(folder, threads, lambda: make(True).add_documents(
-        documents_ids=data.doc_ids, documents_embeddings=list(data.docs())))
+    make = lambda override: index_class(index_folder=cache, index_name=name, override=override, **
+                                        settings)
+    self.info = _cached_build(
+        folder, threads, lambda: make(True).add_documents(documents_ids=data.doc_ids,
+                                                          documents_embeddings=list(data.docs())))
     self.index = make(False)
     self.info |= {"bytes": _dir_bytes(folder), "settings": {"index": index, **settings}}
     self.queries = data.queries
@@ -296,8 +317,9 @@ def _note_torch_requirement(dist: str) -> None:
   fail to load or crash in native code, where no exception reaches the error reply
   (engines.py shows the note with the crash)."""
   import importlib.metadata  # pylint: disable=import-outside-toplevel
-  import torch  # pylint: disable=import-outside-toplevel
+
   from packaging.requirements import Requirement  # pylint: disable=import-outside-toplevel
+  import torch  # pylint: disable=import-outside-toplevel
   try:
     version = importlib.metadata.version(dist)
     wanted = [Requirement(r) for r in importlib.metadata.requires(dist) or ()]
@@ -361,8 +383,13 @@ def main(kind: str, vectors: str, cache: str, threads: str, queries: str, settin
       break
     cpu, wall = _cpu_s(), time.perf_counter()
     rankings, ms = engine.search()
-    reply({"ms": ms, "cpu_s": _cpu_s() - cpu, "wall_s": time.perf_counter() - wall}
-          | ({"rankings": [r[:TOP_K] for r in rankings]} if command.get("rankings") else {}))
+    reply({
+        "ms": ms,
+        "cpu_s": _cpu_s() - cpu,
+        "wall_s": time.perf_counter() - wall
+    } | ({
+        "rankings": [r[:TOP_K] for r in rankings]
+    } if command.get("rankings") else {}))
   reply({"peak_rss_mb": _peak_rss_mb()})
 
 

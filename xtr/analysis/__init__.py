@@ -7,5 +7,5 @@ relevance = Σ S ⊙ A, with S_ij = q_i·d_j and A an alignment, measured on tra
   measure        the rerank candidates, one model's token vectors, and every statistic over a split
   plots          the PNGs: rates against IDF, spectra, and a case study's S and A
 
-The CLI is `xtr.analyze_alignment` (`xtr-analyze-alignment`).
+The CLI is `xtr.cli.analyze_alignment` (`xtr-analyze-alignment`).
 """

@@ -1,6 +1,6 @@
 """The two directions of alignment in relevance = Σ_ij S_ij A_ij (Wu et al., 2024, §3 and §6.3).
 
-  q→d  each query token i picks document tokens: A is a sparse alignment of `xtr.alignment`
+  q→d  each query token i picks document tokens: A is a sparse alignment of `xtr.scoring.alignment`
        (`Alignment.matrix`; ColBERT's sum of max is top-1 with Z = n, ALIGNER's top-k or top-p
        with saliences), scored by `alignment.normalized_sum`.
   d→q  each valid document token j spreads one unit of alignment over the valid query tokens:
@@ -12,9 +12,9 @@ For term matching (`term_matching`) each direction has a hard and a soft alignme
   q→d hard  1 at j = argmax_j S_ij (ties to the lower j)   q→d soft  softmax_j(S_ij / τ)
   d→q hard  1 at i = argmax_i S_ij (ties to the lower i)   d→q soft  softmax_i(S_ij / τ)
 
-Shapes follow `xtr.losses`: token scores s [B, n, C, m] for B queries of n tokens and C documents
-of m tokens; q_mask [B, n], d_mask [C, m] bool. Every A is 0 where a query or document token is
-padding.
+Shapes follow `xtr.scoring.functions`: token scores s [B, n, C, m] for B queries of n tokens and C
+documents of m tokens; q_mask [B, n], d_mask [C, m] bool. Every A is 0 where a query or document
+token is padding.
 """
 import jax
 import jax.numpy as jnp
@@ -48,8 +48,8 @@ def document_to_query(s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
   return _softmax(s, _valid(q_mask, d_mask), 1, temperature)
 
 
-def document_to_query_scores(s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
-                             temperature: float, per_token: bool) -> jax.Array:
+def document_to_query_scores(s: jax.Array, q_mask: jax.Array, d_mask: jax.Array, temperature: float,
+                             per_token: bool) -> jax.Array:
   """d→q relevance [B, C]: Σ_ij S_ij A_ij, divided by m_c if `per_token`."""
   total = jnp.sum(s * document_to_query(s, q_mask, d_mask, temperature), axis=(1, 3))
   if per_token:
@@ -61,5 +61,9 @@ def term_alignments(s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
                     temperature: float) -> dict[str, jax.Array]:
   """The hard and soft alignments of both directions (module docstring): {kind: [B, n, C, m]}."""
   valid = _valid(q_mask, d_mask)
-  return {"q→d hard": _argmax_mask(s, valid, 3), "q→d soft": _softmax(s, valid, 3, temperature),
-          "d→q hard": _argmax_mask(s, valid, 1), "d→q soft": _softmax(s, valid, 1, temperature)}
+  return {
+      "q→d hard": _argmax_mask(s, valid, 3),
+      "q→d soft": _softmax(s, valid, 3, temperature),
+      "d→q hard": _argmax_mask(s, valid, 1),
+      "d→q soft": _softmax(s, valid, 1, temperature)
+  }

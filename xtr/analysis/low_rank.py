@@ -13,11 +13,11 @@ def normalized_spectrum(a: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
   """a [..., n, m] -> (σ̂ [..., min(n, m)] descending with Σ σ̂² = 1, nonzero [...] bool);
   σ̂ = 0 where A = 0 (padding rows and columns of zeros do not change the spectrum)."""
   sigma = jnp.linalg.svd(a, compute_uv=False)
-  norm = jnp.sqrt(jnp.sum(sigma ** 2, axis=-1, keepdims=True))
+  norm = jnp.sqrt(jnp.sum(sigma**2, axis=-1, keepdims=True))
   nonzero = norm[..., 0] > 0
   return jnp.where(nonzero[..., None], sigma / jnp.where(norm > 0, norm, 1.0), 0.0), nonzero
 
 
 def rank1_error(spectrum: jnp.ndarray) -> jnp.ndarray:
   """‖A − R‖_F / ‖A‖_F of the best rank-1 R, from a normalized spectrum [..., r] -> [...]."""
-  return jnp.sqrt(jnp.sum(spectrum[..., 1:] ** 2, axis=-1))
+  return jnp.sqrt(jnp.sum(spectrum[..., 1:]**2, axis=-1))

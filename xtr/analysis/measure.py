@@ -12,7 +12,8 @@ unless a run file such as ALIGNER's binds another), weighted by its saliences if
 """
 import dataclasses
 import functools
-from typing import Any, Sequence
+from typing import Any
+from typing import Sequence
 
 import gin
 import jax
@@ -20,15 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from xtr import alignment
-from xtr import baselines
-from xtr import encoding
-from xtr import evaluation
-from xtr import losses
-from xtr import tokenization
 from xtr.analysis import directions
 from xtr.analysis import low_rank
 from xtr.analysis import term_matching
+from xtr.evaluation import baselines
+from xtr.evaluation import beir_eval
+from xtr.models import encoding
+from xtr.scoring import alignment
+from xtr.scoring import functions
+from xtr.text import tokenization
 
 RERANK_METRICS = {"ndcg_at": (10,), "recall_at": (1, 10), "mrr_at": (10,)}
 # What a CLI binds after the user's gin files: `Settings.model` is the run file's model.
@@ -47,7 +48,7 @@ class Settings:
     pretrained_backbone: a loader of the untuned backbone's weights (e.g.
       `@hf_weights.load_bert_backbone`, as gin/analysis/untuned_minilm.gin binds): the raw
       token vectors of `model`'s backbone with them are analyzed as a model too.
-    model: the run's `models.XTREncoder` (the CLI binds it to %MODEL).
+    model: the run's `xtr_encoder.XTREncoder` (the CLI binds it to %MODEL).
   """
   bm25_depth: int = 100
   temperature: float = 0.05
@@ -76,7 +77,7 @@ class Model:
   strategy: alignment.Alignment
 
 
-def candidates(data: evaluation.BeirData, bm25_depth: int) -> list[list[int]]:
+def candidates(data: beir_eval.BeirData, bm25_depth: int) -> list[list[int]]:
   """Per query, the indices (into data.doc_ids) of its BM25 top-`bm25_depth` documents, then of
   its gold documents that BM25 missed."""
   row = {doc_id: i for i, doc_id in enumerate(data.doc_ids)}
@@ -142,25 +143,29 @@ def _pair_statistics(q, q_ids, u_q, d, d_ids, u_d, strategy, temperature):
     spectra {direction: ([C, r] normalized σ, [C] nonzero)}.
   """
   q_mask, d_mask = q_ids != 0, d_ids != 0
-  s = losses.token_scores(q, d)  # [1, n, C, m]
-  a = {"q→d": strategy.matrix(s, q_mask, d_mask, u_q, u_d),
-       "d→q": directions.document_to_query(s, q_mask, d_mask, temperature)}
+  s = functions.token_scores(q, d)  # [1, n, C, m]
+  a = {
+      "q→d": strategy.matrix(s, q_mask, d_mask, u_q, u_d),
+      "d→q": directions.document_to_query(s, q_mask, d_mask, temperature)
+  }
   scores = {
       "q→d": alignment.normalized_sum(s, a["q→d"], q_mask, strategy.normalize)[0],
       "d→q": directions.document_to_query_scores(s, q_mask, d_mask, temperature, False)[0],
-      "d→q per token": directions.document_to_query_scores(s, q_mask, d_mask, temperature,
-                                                           True)[0]}
+      "d→q per token": directions.document_to_query_scores(s, q_mask, d_mask, temperature, True)[0]
+  }
   subsets = {"candidates": None, "containing": term_matching.contains(q_ids, d_ids)}
-  rates = {(subset, kind): tuple(x[0] for x in term_matching.exact_match_rates(m, q_ids, d_ids,
-                                                                             over))
-           for kind, m in directions.term_alignments(s, q_mask, d_mask, temperature).items()
-           for subset, over in subsets.items()}
-  spectra = {name: low_rank.normalized_spectrum(jnp.transpose(m[0], (1, 0, 2)))
-             for name, m in a.items()}
+  rates = {
+      (subset, kind): tuple(x[0] for x in term_matching.exact_match_rates(m, q_ids, d_ids, over))
+      for kind, m in directions.term_alignments(s, q_mask, d_mask, temperature).items()
+      for subset, over in subsets.items()
+  }
+  spectra = {
+      name: low_rank.normalized_spectrum(jnp.transpose(m[0], (1, 0, 2))) for name, m in a.items()
+  }
   return scores, rates, spectra
 
 
-def analyze(model: Model, data: evaluation.BeirData, candidate_docs: Sequence[int],
+def analyze(model: Model, data: beir_eval.BeirData, candidate_docs: Sequence[int],
             candidates_of: Sequence[Sequence[int]], corpus_ids: list[np.ndarray],
             settings: Settings) -> dict[str, Any]:
   """Rerank metrics, term matching by IDF bin and alignment spectra of one model.
@@ -179,21 +184,23 @@ def analyze(model: Model, data: evaluation.BeirData, candidate_docs: Sequence[in
   runs = {}
   token_rates, query_token_ids = {}, []
   spectra = {}
-  for i, query_id in enumerate(tqdm.tqdm(data.query_ids, desc=f"analyze {model.label}",
-                                         unit="query")):
+  for i, query_id in enumerate(
+      tqdm.tqdm(data.query_ids, desc=f"analyze {model.label}", unit="query")):
     rows = [row[doc] for doc in candidates_of[i]]
     u_q = u_d = None
     if model.queries.salience is not None:
       u_q = _padded([model.queries.salience[i]], n)
       u_d = _candidates(model.docs.salience, rows, width, m)
-    scores, rates, spectrum = _pair_statistics(
-        _padded([model.queries.vectors[i]], n), _padded([model.queries.ids[i]], n), u_q,
-        _candidates(model.docs.vectors, rows, width, m),
-        _candidates(model.docs.ids, rows, width, m), u_d, model.strategy, settings.temperature)
+    scores, rates, spectrum = _pair_statistics(_padded([model.queries.vectors[i]], n),
+                                               _padded([model.queries.ids[i]], n), u_q,
+                                               _candidates(model.docs.vectors, rows, width, m),
+                                               _candidates(model.docs.ids, rows, width, m), u_d,
+                                               model.strategy, settings.temperature)
     scores, rates, spectrum = jax.device_get((scores, rates, spectrum))
     for direction, values in scores.items():
       runs.setdefault(direction, {})[query_id] = {
-          data.doc_ids[doc]: float(v) for doc, v in zip(candidates_of[i], values)}
+          data.doc_ids[doc]: float(v) for doc, v in zip(candidates_of[i], values)
+      }
     length = len(model.queries.ids[i])
     for key, (total, count) in rates.items():
       token_rates.setdefault(key, []).append(
@@ -202,16 +209,23 @@ def analyze(model: Model, data: evaluation.BeirData, candidate_docs: Sequence[in
     for name, (sigma, nonzero) in spectrum.items():
       keep = nonzero[:len(rows)]
       spectra.setdefault(name, []).append(sigma[:len(rows)][keep])
-  return {"alignment": str(model.strategy),
-          "rerank": {direction: _without_per_query(evaluation.evaluate(data.qrels, run,
-                                                                       **RERANK_METRICS))
-                     for direction, run in runs.items()},
-          "term_matching": {
-              subset: _by_idf(np.concatenate(query_token_ids),
-                              {kind: np.concatenate(token_rates[subset, kind])
-                               for kind in directions.KINDS}, idf, special, settings.num_idf_bins)
-              for subset in ("candidates", "containing")},
-          "low_rank": {name: _spectrum_summary(np.concatenate(v)) for name, v in spectra.items()}}
+  return {
+      "alignment": str(model.strategy),
+      "rerank": {
+          direction: _without_per_query(beir_eval.evaluate(data.qrels, run, **RERANK_METRICS))
+          for direction, run in runs.items()
+      },
+      "term_matching": {
+          subset:
+              _by_idf(np.concatenate(query_token_ids),
+                      {kind: np.concatenate(token_rates[subset, kind])
+                       for kind in directions.KINDS}, idf, special, settings.num_idf_bins)
+          for subset in ("candidates", "containing")
+      },
+      "low_rank": {
+          name: _spectrum_summary(np.concatenate(v)) for name, v in spectra.items()
+      }
+  }
 
 
 def _without_per_query(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -231,20 +245,30 @@ def _by_idf(ids: np.ndarray, rates: dict[str, np.ndarray], idf: np.ndarray, spec
   def summary(members: np.ndarray) -> dict[str, float | None]:
     """num_tokens, and each kind's mean rate over the members where it is defined."""
     means = {kind: r[members][~np.isnan(r[members])] for kind, r in rates.items()}
-    return {"num_tokens": int(len(members))} | {
-        kind: float(v.mean()) if len(v) else None for kind, v in means.items()}
+    return {
+        "num_tokens": int(len(members))
+    } | {
+        kind: float(v.mean()) if len(v) else None for kind, v in means.items()
+    }
 
-  return {"bins": [{"idf_min": float(token_idf[bins == b].min()),
-                    "idf_max": float(token_idf[bins == b].max()),
-                    "idf_mean": float(token_idf[bins == b].mean())}
-                   | summary(plain[bins == b]) for b in range(num_bins)],
-          "all": summary(plain), "special": summary(np.flatnonzero(is_special))}
+  return {
+      "bins": [{
+          "idf_min": float(token_idf[bins == b].min()),
+          "idf_max": float(token_idf[bins == b].max()),
+          "idf_mean": float(token_idf[bins == b].mean())
+      } | summary(plain[bins == b]) for b in range(num_bins)],
+      "all": summary(plain),
+      "special": summary(np.flatnonzero(is_special))
+  }
 
 
 def _spectrum_summary(sigma: np.ndarray) -> dict[str, Any]:
   """Mean normalized spectrum and rank-1 error over the pairs' spectra [P, r]."""
-  return {"num_pairs": int(len(sigma)), "spectrum": sigma.mean(axis=0).tolist(),
-          "rank1_error": float(np.mean(low_rank.rank1_error(sigma)))}
+  return {
+      "num_pairs": int(len(sigma)),
+      "spectrum": sigma.mean(axis=0).tolist(),
+      "rank1_error": float(np.mean(low_rank.rank1_error(sigma)))
+  }
 
 
 def case_study(encoder: encoding.Encoder, strategy: alignment.Alignment, query: str, doc: str,
@@ -259,7 +283,11 @@ def case_study(encoder: encoding.Encoder, strategy: alignment.Alignment, query: 
   s = jnp.asarray(q.vectors[0] @ d.vectors[0].T)[None, :, None, :]  # [1, n, 1, m]
   q_mask, d_mask = jnp.ones(s.shape[:2], bool), jnp.ones((1, s.shape[3]), bool)
   u_q, u_d = (None, None) if q.salience is None else (q.salience[0][None], d.salience[0][None])
-  a = {"S": s, "A q→d": strategy.matrix(s, q_mask, d_mask, u_q, u_d),
-       "A d→q": directions.document_to_query(s, q_mask, d_mask, temperature)}
-  return ({name: np.asarray(m[0, :, 0, :]) for name, m in a.items()},
-          encoder.tokenizer.pieces(q.ids[0]), encoder.tokenizer.pieces(d.ids[0]))
+  a = {
+      "S": s,
+      "A q→d": strategy.matrix(s, q_mask, d_mask, u_q, u_d),
+      "A d→q": directions.document_to_query(s, q_mask, d_mask, temperature)
+  }
+  return ({
+      name: np.asarray(m[0, :, 0, :]) for name, m in a.items()
+  }, encoder.tokenizer.pieces(q.ids[0]), encoder.tokenizer.pieces(d.ids[0]))

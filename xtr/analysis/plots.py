@@ -1,12 +1,13 @@
 """The PNGs of `xtr-analyze-alignment`: exact-match rates against IDF (Wu et al., 2024, Figures
 2–3), normalized singular-value spectra of the alignments (§7.4), and a case study's token
 scores S and alignments A (§7.5). Inputs are the JSON results of `measure.analyze`."""
-from typing import Any, Sequence
+from typing import Any
+from typing import Sequence
 
 import matplotlib
 import numpy as np
 
-from xtr import evaluation
+from xtr import io
 from xtr.analysis import directions
 
 matplotlib.use("Agg")
@@ -15,7 +16,7 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wron
 
 def _save(figure: Any, path: str) -> None:
   figure.tight_layout()
-  with evaluation.atomic_open(path, "wb") as f:
+  with io.atomic_open(path, "wb") as f:
     figure.savefig(f, format="png", dpi=120)
   plt.close(figure)
 
@@ -53,7 +54,8 @@ def spectra(models: dict[str, dict[str, Any]], path: str) -> None:
     for label, result in models.items():
       if name in result:
         sigma = result[name]["spectrum"]
-        ax.plot(np.arange(1, len(sigma) + 1), sigma, marker=".",
+        ax.plot(np.arange(1,
+                          len(sigma) + 1), sigma, marker=".",
                 label=f"{label} (rank-1 error {result[name]['rank1_error']:.3f})")
     ax.set_yscale("log")
     ax.set_title(f"{name} alignment: singular values")
@@ -64,8 +66,7 @@ def spectra(models: dict[str, dict[str, Any]], path: str) -> None:
   _save(figure, path)
 
 
-def case_study(panels: Sequence[tuple[str, np.ndarray, list[str], list[str]]],
-               path: str) -> None:
+def case_study(panels: Sequence[tuple[str, np.ndarray, list[str], list[str]]], path: str) -> None:
   """Heatmaps, one above the other, of (title, matrix [n, m] over one query's and one
   document's valid tokens, the n query token strings, the m document token strings) each."""
   width = max(len(doc) for _, _, _, doc in panels)

@@ -26,7 +26,7 @@ One index directory (a sharded export writes one per shard, `files.shard_path(ro
                               every file above with its sha256 and size
   verified.json               written by readers: which large files were verified, when (`verify`)
 
-Every name in the directory is untrusted: files are written and read through `xtr.fileio`
+Every name in the directory is untrusted: files are written and read through `xtr.io`
 (O_EXCL | O_NOFOLLOW, regular files only, paths resolved inside the directory).
 
 Modules: `files` (layout, atomic writes, checksums), `scann` (build and serialize ScaNN),

@@ -1,6 +1,7 @@
 """Exact (brute-force) token search in JAX: a running top-k over blocks of document tokens."""
+from collections.abc import Iterator
+from collections.abc import Sequence
 import functools
-from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -51,8 +52,8 @@ def _query_blocks(queries: np.ndarray) -> list[jax.Array]:
   return [jnp.asarray(padded[i:i + size]) for i in range(0, len(padded), size)]
 
 
-def _token_blocks(chunks: Sequence[np.ndarray], size: int
-                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _token_blocks(chunks: Sequence[np.ndarray],
+                  size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
   """Yields (vectors [size, D], token index [size] int32) over the tokens of `chunks` ([T_c, D]
   each) in order, across chunk boundaries; the last block is padded with zero vectors of token
   index -1."""
@@ -72,8 +73,8 @@ def _token_blocks(chunks: Sequence[np.ndarray], size: int
     yield np.concatenate(vectors), np.where(np.arange(size) < filled, tokens, -1)
 
 
-def search(chunks: Sequence[np.ndarray], queries: np.ndarray, k: int
-           ) -> tuple[np.ndarray, np.ndarray]:
+def search(chunks: Sequence[np.ndarray], queries: np.ndarray,
+           k: int) -> tuple[np.ndarray, np.ndarray]:
   """The exact top-k document tokens of each query token.
 
   Args:
@@ -86,8 +87,7 @@ def search(chunks: Sequence[np.ndarray], queries: np.ndarray, k: int
   """
   num_tokens = sum(len(c) for c in chunks)
   blocks = _query_blocks(queries)
-  top = [(jnp.full((len(b), k), -jnp.inf), jnp.full((len(b), k), -1, jnp.int32))
-         for b in blocks]
+  top = [(jnp.full((len(b), k), -jnp.inf), jnp.full((len(b), k), -1, jnp.int32)) for b in blocks]
   for vectors, tokens in _token_blocks(chunks, min(_TOKEN_BLOCK, _next_power_of_2(num_tokens))):
     vectors, tokens = jnp.asarray(vectors), jnp.asarray(tokens)
     top = [_merge_block(*state, b, vectors, tokens, k=k) for state, b in zip(top, blocks)]

@@ -2,21 +2,19 @@
 
 Every file is written under `<name>.tmp` and renamed, so a killed export leaves only complete
 files (plus temporaries that the resumed export replaces). Everything read back is untrusted:
-JSON and .npy only (never pickle), regular files only (never through a symlink: `xtr.fileio`),
+JSON and .npy only (never pickle), regular files only (never through a symlink: `xtr.io`),
 sizes checked before anything is allocated from them, with errors that name the file.
 """
-import hashlib
 import json
 import math
 import os
 import posixpath
 import re
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
-from xtr import fileio
-from xtr import storage
+from xtr import io
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -47,30 +45,26 @@ def shard_path(root: str, shard: int, num_shards: int) -> str:
 def chunk_files(index_dir: str, chunk: int) -> dict[str, str]:
   """{"vectors", "doc_index", "salience", "chunk"}: the paths of chunk `chunk`'s files (salience
   only for a model with salience heads)."""
-  return {name: os.path.join(index_dir, "chunks", f"{name}-{chunk:05d}.{ext}")
-          for name, ext in (("vectors", "npy"), ("doc_index", "npy"), ("salience", "npy"),
-                            ("chunk", "json"))}
-
-
-def write_json(path: str, value: Any, unique: bool = False) -> None:
-  """Writes `value` to `path` atomically (`fileio.atomic_write`)."""
-  fileio.atomic_write(
-      path, lambda f: f.write(json.dumps(value, indent=1, sort_keys=True).encode()), unique)
+  return {
+      name: os.path.join(index_dir, "chunks", f"{name}-{chunk:05d}.{ext}")
+      for name, ext in (("vectors", "npy"), ("doc_index", "npy"), ("salience", "npy"), ("chunk",
+                                                                                        "json"))
+  }
 
 
 def write_npy(path: str, array: np.ndarray) -> None:
-  fileio.atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+  io.atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
 
 
 def read_json(path: str) -> Any:
   """The JSON value in the regular file `path`; a ValueError naming the file if it is not valid
-  JSON (`fileio.UnsafeFileError` if it is a symlink, FIFO, ...)."""
-  with fileio.open_regular(path) as f:
+  JSON (`io.UnsafeFileError` if it is a symlink, FIFO, ...)."""
+  with io.open_regular(path) as f:
     try:
       return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-      raise DamagedIndexError(f"{path} is not valid JSON ({e}): the token index is damaged."
-                              ) from None
+      raise DamagedIndexError(
+          f"{path} is not valid JSON ({e}): the token index is damaged.") from None
 
 
 def json_line(line: bytes, path: str, line_number: int) -> Any:
@@ -82,23 +76,10 @@ def json_line(line: bytes, path: str, line_number: int) -> Any:
                             "damaged.") from None
 
 
-def sha256(path: str) -> str:
-  """The sha256 of a file the user named (local or gs://, symlinks followed)."""
-  with storage.open_binary(path) as f:
-    return _digest(f)
-
-
-def _digest(f: BinaryIO) -> str:
-  digest = hashlib.sha256()
-  for block in iter(lambda: f.read(1 << 24), b""):
-    digest.update(block)
-  return digest.hexdigest()
-
-
 def record(path: str) -> dict[str, Any]:
   """{"sha256", "size"} of the regular file `path` inside an index: how a manifest lists it."""
-  with fileio.open_regular(path) as f:
-    return {"sha256": _digest(f), "size": os.fstat(f.fileno()).st_size}
+  with io.open_regular(path) as f:
+    return {"sha256": io.digest(f), "size": os.fstat(f.fileno()).st_size}
 
 
 def bytes_by_kind(manifest: dict[str, Any]) -> dict[str, int]:
@@ -127,14 +108,14 @@ def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
   """Memory-maps the regular file `path` (symlinks refused), checking its header's shape and
   dtype against the index's records and its size against theirs before mapping it."""
   try:
-    f = fileio.open_regular(path)
+    f = io.open_regular(path)
   except FileNotFoundError:
     raise FileNotFoundError(f"{path} is missing: the token index is damaged.") from None
   with f:
     try:
       version = np.lib.format.read_magic(f)
-      header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
-                np.lib.format.read_array_header_2_0)(f)
+      header = (np.lib.format.read_array_header_1_0
+                if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
     except ValueError as e:
       raise DamagedIndexError(f"{path} is unreadable ({e}): the token index is damaged.") from e
     found_shape, fortran_order, found_dtype = header
@@ -151,13 +132,25 @@ def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return np.memmap(f, dtype, "r", f.tell(), shape)
 
 
-_FIELDS = {"format": int, "dim": int, "dtype": str, "model": dict, "fingerprint": str,
-           "docs_per_chunk": int, "corpus": dict, "num_docs": int, "num_tokens": int,
-           "scann": dict, "chunks": list, "files": dict}
+_FIELDS = {
+    "format": int,
+    "dim": int,
+    "dtype": str,
+    "model": dict,
+    "fingerprint": str,
+    "docs_per_chunk": int,
+    "corpus": dict,
+    "num_docs": int,
+    "num_tokens": int,
+    "scann": dict,
+    "chunks": list,
+    "files": dict
+}
 
 
 def check_manifest(manifest: Any, path: str) -> None:
   """Refuses a manifest that is not what `IndexWriter.finalize` writes, naming the field."""
+
   def refuse(problem: str):
     raise DamagedIndexError(f"{path}: {problem}; the token index is damaged.")
 
@@ -182,26 +175,26 @@ def check_manifest(manifest: Any, path: str) -> None:
   if manifest["dtype"] not in DTYPES:
     refuse(f"dtype {manifest['dtype']!r} is not one of {DTYPES}")
   for relative, record in manifest["files"].items():
-    if (posixpath.isabs(relative) or posixpath.normpath(relative) != relative
-        or relative.startswith("..")):
+    if (posixpath.isabs(relative) or posixpath.normpath(relative) != relative or
+        relative.startswith("..")):
       refuse(f"files: {relative!r} is not a path inside the index")
-    if (not isinstance(record, dict) or not isinstance(record.get("sha256"), str)
-        or not isinstance(record.get("size"), int)):
+    if (not isinstance(record, dict) or not isinstance(record.get("sha256"), str) or
+        not isinstance(record.get("size"), int)):
       refuse(f"files[{relative!r}] needs a string sha256 and an integer size")
   if not isinstance(manifest.get("vectors_stored", True), bool):
     refuse("field 'vectors_stored' is not a boolean")
   stored = manifest.get("vectors_stored", True)
   for i, chunk in enumerate(manifest["chunks"]):
-    if (not isinstance(chunk, dict) or not isinstance(chunk.get("num_tokens"), int)
-        or any((key in chunk) != stored for key in ("file", "doc_index_file"))
-        or any(chunk[key] not in manifest["files"] for key in CHUNK_FILES if key in chunk)):
+    if (not isinstance(chunk, dict) or not isinstance(chunk.get("num_tokens"), int) or any(
+        (key in chunk) != stored for key in ("file", "doc_index_file")) or
+        any(chunk[key] not in manifest["files"] for key in CHUNK_FILES if key in chunk)):
       refuse(f"chunks[{i}] needs listed files (vectors and doc index exactly when "
              "vectors_stored) and an integer num_tokens")
   prune_doc = manifest.get("prune_doc")
-  if prune_doc is not None and (
-      not isinstance(prune_doc, (int, float)) or isinstance(prune_doc, bool)
-      or not 0 < prune_doc <= 1 or SCANN_TOKENS not in manifest["files"]
-      or not isinstance(manifest.get("num_indexed_tokens"), int)):
+  if prune_doc is not None and (not isinstance(prune_doc,
+                                               (int, float)) or isinstance(prune_doc, bool) or
+                                not 0 < prune_doc <= 1 or SCANN_TOKENS not in manifest["files"] or
+                                not isinstance(manifest.get("num_indexed_tokens"), int)):
     refuse(f"prune_doc {prune_doc!r} needs a number in (0, 1], a listed {SCANN_TOKENS} and an "
            "integer num_indexed_tokens")
   if not isinstance(manifest["scann"].get("reorder_k"), int):
@@ -215,6 +208,7 @@ def check_offsets(offsets: np.ndarray, manifest: dict[str, Any], path: str) -> N
   """Refuses doc offsets [N + 1] that do not start at 0, decrease, end elsewhere than at
   num_tokens or disagree with the chunks' token counts: what the reader allocates from them is
   then bounded by the index's files."""
+
   def refuse(problem: str):
     raise DamagedIndexError(f"{path} {problem}: the token index is damaged.")
 
@@ -222,7 +216,7 @@ def check_offsets(offsets: np.ndarray, manifest: dict[str, Any], path: str) -> N
     refuse("does not start at 0 and increase")
   if offsets[-1] != manifest["num_tokens"]:
     refuse(f"ends at {offsets[-1]}, not at num_tokens = {manifest['num_tokens']}")
-  bounds = np.minimum(np.arange(len(manifest["chunks"]) + 1) * manifest["docs_per_chunk"],
-                      manifest["num_docs"])
+  bounds = np.minimum(
+      np.arange(len(manifest["chunks"]) + 1) * manifest["docs_per_chunk"], manifest["num_docs"])
   if np.diff(offsets[bounds]).tolist() != [c["num_tokens"] for c in manifest["chunks"]]:
     refuse("disagrees with the token counts of the chunks")

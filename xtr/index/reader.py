@@ -5,17 +5,18 @@ checked against the manifest's sizes on open and its sha256s before their first 
 (`xtr.index.verify`), and nothing in it is executed (the model is data, ScaNN loads without
 pickle).
 """
-import os
 from collections.abc import Sequence
+import os
 from typing import Any
 
 import numpy as np
 
-from xtr import fileio
+from xtr import io
 from xtr.index import exact
 from xtr.index import files
 from xtr.index import scann_search
 from xtr.index import verify as verify_lib
+
 
 class _Shard:
   """One complete index directory (see `xtr.index`); doc indices are local to it."""
@@ -40,33 +41,38 @@ class _Shard:
     self.has_vectors = self.manifest.get("vectors_stored", True)
     self._chunk_vectors = [
         files.load_npy(self._file(chunk["file"]), (chunk["num_tokens"], self.dim),
-                       self.manifest["dtype"]) for chunk in self.manifest["chunks"]
-        if self.has_vectors]
+                       self.manifest["dtype"])
+        for chunk in self.manifest["chunks"]
+        if self.has_vectors
+    ]
     self.has_salience = bool(self.manifest["model"].get("salience"))
     if self.has_salience != all("salience_file" in c for c in self.manifest["chunks"]):
       raise files.DamagedIndexError(f"{manifest_path}: the model's salience and the chunks' "
                                     "salience files disagree; the token index is damaged.")
     self._chunk_saliences = [
-        files.load_npy(self._file(chunk["salience_file"]), (chunk["num_tokens"],),
-                       "float32") for chunk in self.manifest["chunks"] if self.has_salience]
-    self._unverified_chunks = [c[key] for c in self.manifest["chunks"]
-                               for key in files.CHUNK_FILES if key in c]
+        files.load_npy(self._file(chunk["salience_file"]), (chunk["num_tokens"],), "float32")
+        for chunk in self.manifest["chunks"]
+        if self.has_salience
+    ]
+    self._unverified_chunks = [
+        c[key] for c in self.manifest["chunks"] for key in files.CHUNK_FILES if key in c
+    ]
     self.num_indexed_tokens = self.manifest.get("num_indexed_tokens", self.num_tokens)
     self._scann_tokens = None  # [T_kept] token of each ScaNN row, when the index is pruned.
     if self.manifest.get("prune_doc") is not None:
       self._verifier.check([files.SCANN_TOKENS])
       self._scann_tokens = files.load_npy(os.path.join(path, files.SCANN_TOKENS),
                                           (self.num_indexed_tokens,), "int64")
-      if np.any(np.diff(self._scann_tokens) <= 0) or not (
-          0 <= self._scann_tokens[0] and self._scann_tokens[-1] < self.num_tokens):
+      if np.any(np.diff(self._scann_tokens) <= 0) or not (0 <= self._scann_tokens[0] and
+                                                          self._scann_tokens[-1] < self.num_tokens):
         raise files.DamagedIndexError(f"{os.path.join(path, files.SCANN_TOKENS)} does not hold "
                                       "increasing token indices: the token index is damaged.")
     self._scann = None
     self._doc_of_token = None  # [T] int32 local doc of each token, built by `locate`.
 
   def _file(self, relative: str) -> str:
-    """The path of a file that the manifest lists (`fileio.inside` the index)."""
-    return fileio.inside(self.path, relative)
+    """The path of a file that the manifest lists (`io.inside` the index)."""
+    return io.inside(self.path, relative)
 
   def vocabulary_file(self) -> str:
     """The index's copy of its model's vocabulary file, verified."""
@@ -82,7 +88,7 @@ class _Shard:
 
   def _read_doc_ids(self) -> list[str]:
     path = os.path.join(self.path, files.DOC_IDS)
-    with fileio.open_regular(path) as f:
+    with io.open_regular(path) as f:
       doc_ids = [files.json_line(line, path, n) for n, line in enumerate(f, start=1)]
     if len(doc_ids) != self.num_docs or not all(isinstance(d, str) for d in doc_ids):
       raise files.DamagedIndexError(f"{path}: expected {self.num_docs} doc id strings.")
@@ -200,12 +206,12 @@ def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
     scores, docs, positions = results[0]
     return scores, docs.astype(np.int32), positions.astype(np.int32)
   scores = np.concatenate([s for s, _, _ in results], axis=1)
-  docs = np.concatenate([np.where(d >= 0, d + start, -1) for (_, d, _), start in
-                         zip(results, doc_starts)], axis=1)
+  docs = np.concatenate(
+      [np.where(d >= 0, d + start, -1) for (_, d, _), start in zip(results, doc_starts)], axis=1)
   positions = np.concatenate([p for _, _, p in results], axis=1)
   order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-  return (np.take_along_axis(scores, order, axis=1),
-          np.take_along_axis(docs, order, axis=1).astype(np.int32),
+  return (np.take_along_axis(scores, order, axis=1), np.take_along_axis(docs, order,
+                                                                        axis=1).astype(np.int32),
           np.take_along_axis(positions, order, axis=1))
 
 
@@ -264,22 +270,22 @@ class TokenIndex:
     out = [None] * len(doc_indices)
     for shard in np.unique(shards):
       where = np.flatnonzero(shards == shard)
-      for i, array in zip(where, read(self._shards[shard],
-                                      doc_indices[where] - self._doc_starts[shard])):
+      for i, array in zip(where,
+                          read(self._shards[shard], doc_indices[where] - self._doc_starts[shard])):
         out[i] = array
     return out
 
   def search(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann",
-             leaves_to_search: int | None = None, threads: int = 1
-             ) -> tuple[np.ndarray, np.ndarray]:
+             leaves_to_search: int | None = None,
+             threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(scores [Q, k'], doc_index [Q, k']) of `search_tokens` (which see)."""
     scores, doc_index, _ = self.search_tokens(query_vectors, k_prime, searcher, leaves_to_search,
                                               threads)
     return scores, doc_index
 
   def search_tokens(self, query_vectors: np.ndarray, k_prime: int, searcher: str = "scann",
-                    leaves_to_search: int | None = None, threads: int = 1
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    leaves_to_search: int | None = None,
+                    threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Retrieves the top-k' document tokens of each query token by dot product.
 
     Args:
@@ -303,10 +309,12 @@ class TokenIndex:
       raise ValueError(f"k_prime must be positive, got {k_prime}")
     searchers = {
         "scann": lambda shard: shard.search_scann(queries, k_prime, leaves_to_search, threads),
-        "bruteforce": lambda shard: shard.search_exact(queries, k_prime)}
+        "bruteforce": lambda shard: shard.search_exact(queries, k_prime)
+    }
     if searcher not in searchers:
       raise ValueError(f"searcher must be one of {list(searchers)}, got {searcher!r}")
-    results = [(scores, *shard.locate(tokens)) for shard in self._shards
+    results = [(scores, *shard.locate(tokens))
+               for shard in self._shards
                for scores, tokens in [searchers[searcher](shard)]]
     return _merge_shards(results, self._doc_starts, k_prime)
 
@@ -336,10 +344,14 @@ def _sharded_manifest(shards: Sequence[_Shard]) -> dict[str, Any]:
   if stop != corpus["total_docs"]:
     raise ValueError(f"the shards of {os.path.dirname(shards[0].path)} hold {stop} documents of "
                      f"a corpus of {corpus['total_docs']}.")
-  return {**{key: first[key] for key in common if key in first}, "corpus": corpus,
-          "num_docs": sum(s.num_docs for s in shards),
-          "num_tokens": sum(s.num_tokens for s in shards),
-          "shards": [os.path.basename(s.path) for s in shards]}
+  return {
+      **{
+          key: first[key] for key in common if key in first
+      }, "corpus": corpus,
+      "num_docs": sum(s.num_docs for s in shards),
+      "num_tokens": sum(s.num_tokens for s in shards),
+      "shards": [os.path.basename(s.path) for s in shards]
+  }
 
 
 def _shard_dirs(root: str) -> list[str]:
@@ -348,12 +360,11 @@ def _shard_dirs(root: str) -> list[str]:
   if not found:
     return []
   num_shards = {int(files.SHARD_NAME.fullmatch(name)[1]) for name in found}
-  expected = {os.path.basename(files.shard_path(root, s, n)) for n in num_shards
-              for s in range(n)}
+  expected = {os.path.basename(files.shard_path(root, s, n)) for n in num_shards for s in range(n)}
   if len(num_shards) != 1 or set(found) != expected:
     raise ValueError(f"{root}: shard directories {sorted(found)} are not one complete set "
                      f"(missing {sorted(expected - set(found))}).")
-  return [fileio.inside(root, name) for name in sorted(found)]
+  return [io.inside(root, name) for name in sorted(found)]
 
 
 def open_index(path: str, verify: str = "fast") -> TokenIndex:
@@ -369,8 +380,8 @@ def open_index(path: str, verify: str = "fast") -> TokenIndex:
   """
   if not os.path.isdir(path):
     raise FileNotFoundError(f"no token index at {path}: not a directory")
-  if (os.path.lexists(os.path.join(path, files.MANIFEST))
-      or os.path.lexists(os.path.join(path, files.WRITER))):
+  if (os.path.lexists(os.path.join(path, files.MANIFEST)) or
+      os.path.lexists(os.path.join(path, files.WRITER))):
     return TokenIndex(path, [_Shard(path, verify)])
   shard_dirs = _shard_dirs(path)
   if not shard_dirs:
@@ -381,7 +392,7 @@ def open_index(path: str, verify: str = "fast") -> TokenIndex:
 
 def _incomplete(path: str) -> ValueError:
   """Why the index at `path` has no manifest: a repair or export writing it, or a killed one."""
-  holder = fileio.holder(os.path.join(path, files.LOCK))
+  holder = io.holder(os.path.join(path, files.LOCK))
   if holder and holder.startswith("repair"):
     return ValueError(f"the token index at {path} is being repaired ({holder}): search again "
                       "when the repair has finished.")
@@ -401,5 +412,5 @@ def check_compatible(manifest: dict[str, Any], dim: int, fingerprint: str) -> No
     problems.append(f"checkpoint fingerprint {manifest['fingerprint']!r} (index) vs "
                     f"{fingerprint!r} (query model)")
   if problems:
-    raise ValueError("The token index does not match the query model: " + "; ".join(problems)
-                     + ". Re-export the index with this model.")
+    raise ValueError("The token index does not match the query model: " + "; ".join(problems) +
+                     ". Re-export the index with this model.")

@@ -8,21 +8,21 @@ partitioner, codebooks and hashed dataset differ from run to run), and ScaNN tra
 thread (`ScannConfig.training_threads`): with several, a token at a near tie between two
 partitions may land in either (measured: 1 of SciFact's 1,242,251 tokens, in one of three builds).
 """
+from collections.abc import Iterator
 import contextlib
 import dataclasses
 import math
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
-import gin
 from absl import logging
+import gin
 import numpy as np
 from scann.scann_ops.py import scann_ops_pybind
 
-from xtr import fileio
+from xtr import io
 from xtr.index import files
 
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
@@ -74,33 +74,38 @@ def settings(config: ScannConfig, num_tokens: int) -> dict[str, Any]:
   num_leaves_to_search and training_sample_size replaced by the values used (see ScannConfig),
   plus the scoring ("asymmetric_hashing" or, below 16 tokens, "brute_force")."""
   if num_tokens < _AH_MIN_TOKENS:
-    return dataclasses.asdict(config) | {"scoring": "brute_force", "num_leaves": 0,
-                                         "num_leaves_to_search": 0, "reorder_k": 0}
+    return dataclasses.asdict(config) | {
+        "scoring": "brute_force",
+        "num_leaves": 0,
+        "num_leaves_to_search": 0,
+        "reorder_k": 0
+    }
   num_leaves = min(config.num_leaves, math.ceil(config.leaves_factor * math.sqrt(num_tokens)))
   return dataclasses.asdict(config) | {
-      "scoring": "asymmetric_hashing", "num_leaves": num_leaves,
+      "scoring": "asymmetric_hashing",
+      "num_leaves": num_leaves,
       "num_leaves_to_search": min(config.num_leaves_to_search, num_leaves),
-      "training_sample_size": min(config.training_sample_size, num_tokens)}
+      "training_sample_size": min(config.training_sample_size, num_tokens)
+  }
 
 
-def build(vectors: np.ndarray, config: ScannConfig
-          ) -> tuple[scann_ops_pybind.ScannSearcher, dict[str, Any]]:
+def build(vectors: np.ndarray,
+          config: ScannConfig) -> tuple[scann_ops_pybind.ScannSearcher, dict[str, Any]]:
   """vectors: [T, D] float32 -> (ScaNN dot-product searcher, its `settings` as built)."""
   built = settings(config, len(vectors))
   with _native_log_captured():
     return _build(vectors, config, built), built
 
 
-def _build(vectors: np.ndarray, config: ScannConfig, built: dict[str, Any]
-           ) -> scann_ops_pybind.ScannSearcher:
-  builder = scann_ops_pybind.builder(vectors, 10, "dot_product").set_n_training_threads(
-      config.training_threads)
+def _build(vectors: np.ndarray, config: ScannConfig,
+           built: dict[str, Any]) -> scann_ops_pybind.ScannSearcher:
+  builder = scann_ops_pybind.builder(vectors, 10,
+                                     "dot_product").set_n_training_threads(config.training_threads)
   if built["scoring"] == "brute_force":
     return builder.score_brute_force().build()
   # k-means++ initialisation is seeded; ScaNN's random initialisation is not (non-deterministic).
   builder = builder.tree(built["num_leaves"], built["num_leaves_to_search"],
-                         training_sample_size=built["training_sample_size"],
-                         random_init=False)
+                         training_sample_size=built["training_sample_size"], random_init=False)
   builder = builder.score_ah(
       config.dims_per_block,
       anisotropic_quantization_threshold=config.anisotropic_quantization_threshold,
@@ -140,14 +145,16 @@ def write(searcher: scann_ops_pybind.ScannSearcher, index_dir: str) -> dict[str,
   """
   final = os.path.join(index_dir, files.SCANN_DIR)
   tmp = final + ".tmp"
-  fileio.remove_stale(tmp)
+  io.remove_stale(tmp)
   os.mkdir(tmp)
   try:
     searcher.serialize(tmp, relative_path=True)
   except (OSError, RuntimeError) as e:  # A full disk: "RuntimeError: ... I/O error".
-    error = fileio.write_error(tmp, e)  # Before the removal frees what was written.
-    fileio.remove_stale(tmp)
+    error = io.write_error(tmp, e)  # Before the removal frees what was written.
+    io.remove_stale(tmp)
     raise error from e
-  fileio.replace_dir(tmp, final)
-  return {f"{files.SCANN_DIR}/{name}": files.record(os.path.join(final, name))
-          for name in sorted(os.listdir(final))}
+  io.replace_dir(tmp, final)
+  return {
+      f"{files.SCANN_DIR}/{name}": files.record(os.path.join(final, name))
+      for name in sorted(os.listdir(final))
+  }

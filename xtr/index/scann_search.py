@@ -80,9 +80,8 @@ def load(scann_dir: str, names: set[str]) -> Any:
   return _pybind().ScannNumpy(scann_dir, assets)
 
 
-def search(searcher: Any, queries: np.ndarray, k: int, reorder_k: int,
-           leaves_to_search: int | None, threads: int
-           ) -> tuple[np.ndarray, np.ndarray]:
+def search(searcher: Any, queries: np.ndarray, k: int, reorder_k: int, leaves_to_search: int | None,
+           threads: int) -> tuple[np.ndarray, np.ndarray]:
   """queries: [Q, D] float32 -> (rows [Q, k] uint32, scores [Q, k] float32, NaN = none).
 
   `leaves_to_search` partitions per query (None: as built); `threads` > 1 spreads the queries

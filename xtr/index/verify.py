@@ -9,14 +9,14 @@ Modes (`--verify` of the search tools):
         ctime or inode, so a record that came with a downloaded index never vouches for it;
   off   sizes only.
 Sizes are checked in every mode: a missing, truncated or extended file is refused at open, and
-so is a listed name that is a symlink, FIFO or device (`xtr.fileio`).
+so is a listed name that is a symlink, FIFO or device (`xtr.io`).
 """
+from collections.abc import Iterable
 import os
 import sys
-from collections.abc import Iterable
 from typing import Any
 
-from xtr import fileio
+from xtr import io
 from xtr.index import files
 
 MODES = ("full", "fast", "off")
@@ -46,7 +46,7 @@ class Verifier:
     self._checked = set()
 
   def _path(self, relative: str) -> str:
-    return fileio.inside(self.index_dir, relative)
+    return io.inside(self.index_dir, relative)
 
   def check_sizes(self) -> None:
     """Refuses a listed file that is missing, not a regular file, or whose size differs from
@@ -54,14 +54,14 @@ class Verifier:
     for relative, expected in self.listed.items():
       path = self._path(relative)
       try:
-        size = fileio.regular_size(path)
+        size = io.regular_size(path)
       except FileNotFoundError:
-        raise FileNotFoundError(f"{path} is missing: the token index is damaged. "
-                                + repair_hint(self.index_dir)) from None
+        raise FileNotFoundError(f"{path} is missing: the token index is damaged. " +
+                                repair_hint(self.index_dir)) from None
       if size != expected["size"]:
         raise files.DamagedIndexError(
-            f"{path} is damaged: {size} bytes, the manifest records {expected['size']}. "
-            + repair_hint(self.index_dir))
+            f"{path} is damaged: {size} bytes, the manifest records {expected['size']}. " +
+            repair_hint(self.index_dir))
 
   def check(self, relatives: Iterable[str]) -> None:
     """Verifies the sha256 of each listed file (per the mode) before it is first used."""
@@ -79,8 +79,8 @@ class Verifier:
         continue
       if files.record(path)["sha256"] != expected:
         raise files.DamagedIndexError(
-            f"{path} is damaged: its sha256 differs from the one its manifest records. "
-            + repair_hint(self.index_dir))
+            f"{path} is damaged: its sha256 differs from the one its manifest records. " +
+            repair_hint(self.index_dir))
       if large:
         records[relative], updated = _stamp(stat, expected), True
     self._checked.update(todo)
@@ -98,7 +98,7 @@ class Verifier:
   def _write_records(self, records: dict[str, Any]) -> None:
     path = os.path.join(self.index_dir, RECORD)
     try:  # A fresh temporary of its own: concurrent readers may record at once.
-      files.write_json(path, records, unique=True)
+      io.write_json(path, records, unique=True)
     except OSError as e:
       print(f"Note: cannot record verified files ({e}); the next open verifies them again.",
             file=sys.stderr, flush=True)

@@ -4,28 +4,27 @@ Chunk c holds docs c * docs_per_chunk onwards, in corpus order; token ids are ro
 concatenation of the chunks. `writer.json` records the settings (model, checkpoint fingerprint,
 corpus sha256 and document range, pruning, ...): an export, resume or repair of a directory
 whose recorded settings differ in what the vectors depend on is refused before it changes a
-file. The lock (`export.lock`) is taken first; every file is written through `xtr.fileio` (no
+file. The lock (`export.lock`) is taken first; every file is written through `xtr.io` (no
 name planted in the directory redirects a write).
 
 Pruning (ALIGNER §3.2): with `prune_doc` = β_d, ScaNN indexes only the top ⌈β_d·m⌉ tokens of each
 document by salience (`salience.kept`); the chunks keep every token vector, for refinement.
 `reprune` writes another pruning of a complete index without re-encoding: it links the chunks.
 """
+from collections.abc import Sequence
 import hashlib
 import json
 import os
 import posixpath
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from xtr import fileio
-from xtr import salience as salience_lib
-from xtr import storage
+from xtr import io
 from xtr.index import files
 from xtr.index import scann
 from xtr.index import verify
+from xtr.models import salience as salience_lib
 
 DOCS_PER_CHUNK = 1000  # when neither the caller nor the directory's settings say
 # The settings that the vectors and the chunks depend on: an export, resume or repair must
@@ -45,12 +44,17 @@ def _without_path(record: Any) -> Any:
 
 def _changed_settings(previous: dict[str, Any], settings: dict[str, Any]) -> list[str]:
   """The provenance keys whose values differ (paths of the same files do not count)."""
+
   def provenance(s):
     model = s.get("model")
     if isinstance(model, dict) and "vocabulary" in model:
       model = {**model, "vocabulary": _without_path(model["vocabulary"])}
-    return {**{k: s.get(k) for k in _PROVENANCE}, "model": model,
-            "corpus": _without_path(s.get("corpus"))}
+    return {
+        **{
+            k: s.get(k) for k in _PROVENANCE
+        }, "model": model,
+        "corpus": _without_path(s.get("corpus"))
+    }
 
   previous, settings = provenance(previous), provenance(settings)
   return [k for k in _PROVENANCE if previous[k] != settings[k]]
@@ -61,8 +65,7 @@ def _vocabulary_copy(model: dict[str, Any]) -> dict[str, Any]:
   if "vocabulary" not in model:
     return model
   name = posixpath.basename(model["vocabulary"]["path"].rstrip("/"))
-  return {**model, "vocabulary": {**model["vocabulary"],
-                                  "path": f"{files.VOCABULARY_DIR}/{name}"}}
+  return {**model, "vocabulary": {**model["vocabulary"], "path": f"{files.VOCABULARY_DIR}/{name}"}}
 
 
 class IndexWriter:
@@ -74,15 +77,15 @@ class IndexWriter:
   or dies.
   """
 
-  def __init__(self, out_dir: str, dim: int, dtype: str, model: dict[str, Any],
-               fingerprint: str, docs_per_chunk: int | None, corpus: dict[str, Any],
-               gin_config: str = "", prune_doc: float | None = None,
-               store_vectors: bool = True, repair: bool = False, vocabulary: str | None = None):
+  def __init__(self, out_dir: str, dim: int, dtype: str, model: dict[str, Any], fingerprint: str,
+               docs_per_chunk: int | None, corpus: dict[str, Any], gin_config: str = "",
+               prune_doc: float | None = None, store_vectors: bool = True, repair: bool = False,
+               vocabulary: str | None = None):
     """Takes the directory's lock, then checks these settings against those it records (if
     any) before it changes anything.
 
     Args:
-      model: the encoder as data (`xtr.model_spec.describe`, plus the encoder's lengths); a
+      model: the encoder as data (`xtr.models.model_spec.describe`, plus the encoder's lengths); a
         model with a "salience" gate writes each token's salience. Its vocabulary file is
         copied into the index (`vocabulary/<name>`), where the manifest records it.
       docs_per_chunk: None: the directory's recorded value (resume, repair), else 1000.
@@ -101,7 +104,7 @@ class IndexWriter:
     Raises:
       ValueError: the directory holds an export or index of other settings (nothing changed).
       IndexComplete: the directory is a complete index of these settings and not `repair`.
-      fileio.LockedError: another export or repair is writing the directory.
+      io.LockedError: another export or repair is writing the directory.
     """
     if str(np.dtype(dtype)) not in files.DTYPES:
       raise ValueError(f"dtype {dtype} is not one of {files.DTYPES}")
@@ -111,24 +114,33 @@ class IndexWriter:
     self.out_dir = out_dir
     os.makedirs(out_dir, exist_ok=True)
     lock = os.path.join(out_dir, files.LOCK)
-    self._lock = fileio.Lock(
+    self._lock = io.Lock(
         lock, "repair" if repair else "export",
         lambda holder: f"{out_dir} is being written by another export ({holder}, holding {lock}); "
-                       "wait for it to finish or use another --out.")
+        "wait for it to finish or use another --out.")
     try:
-      fileio.make_dir(os.path.join(out_dir, "chunks"))
+      io.make_dir(os.path.join(out_dir, "chunks"))
       previous = self._recorded(files.WRITER)
       manifest = self._recorded(files.MANIFEST)
       if docs_per_chunk is None:
         docs_per_chunk = (previous or manifest or {}).get("docs_per_chunk", DOCS_PER_CHUNK)
       # The JSON round trip makes `settings` compare equal to the settings read back on resume.
-      self.settings = json.loads(json.dumps({
-          "format": files.FORMAT, "dim": dim, "dtype": str(np.dtype(dtype)),
-          "model": _vocabulary_copy(model), "fingerprint": fingerprint,
-          "docs_per_chunk": docs_per_chunk, "corpus": corpus, "gin_config": gin_config,
-          "prune_doc": prune_doc,
-          # Only when false, so that the settings of other exports stay as they were.
-          **({} if store_vectors else {"vectors_stored": False})}))
+      self.settings = json.loads(
+          json.dumps({
+              "format": files.FORMAT,
+              "dim": dim,
+              "dtype": str(np.dtype(dtype)),
+              "model": _vocabulary_copy(model),
+              "fingerprint": fingerprint,
+              "docs_per_chunk": docs_per_chunk,
+              "corpus": corpus,
+              "gin_config": gin_config,
+              "prune_doc": prune_doc,
+              # Only when false, so that the settings of other exports stay as they were.
+              **({} if store_vectors else {
+                     "vectors_stored": False
+                 })
+          }))
       self.repair_report = self._check(previous, manifest, repair)
       self._copy_vocabulary(vocabulary or model.get("vocabulary", {}).get("path"))
     except BaseException:
@@ -167,7 +179,7 @@ class IndexWriter:
                           "corpus; nothing to do (--repair verifies it and redoes what is "
                           "damaged).")
     if previous is None:
-      files.write_json(os.path.join(self.out_dir, files.WRITER), self.settings)
+      io.write_json(os.path.join(self.out_dir, files.WRITER), self.settings)
     else:
       self.settings = previous
     return None if manifest is None else _prepare_repair(self.out_dir, manifest)
@@ -178,15 +190,15 @@ class IndexWriter:
     vocab = self.settings["model"].get("vocabulary")
     if vocab is None or not vocab["path"].startswith(files.VOCABULARY_DIR + "/"):
       return
-    fileio.make_dir(os.path.join(self.out_dir, files.VOCABULARY_DIR))
-    path = fileio.inside(self.out_dir, vocab["path"])
+    io.make_dir(os.path.join(self.out_dir, files.VOCABULARY_DIR))
+    path = io.inside(self.out_dir, vocab["path"])
     if os.path.lexists(path) and files.record(path)["sha256"] == vocab["sha256"]:
       return
-    data = storage.read_bytes(source)
+    data = io.read_bytes(source)
     if hashlib.sha256(data).hexdigest() != vocab["sha256"]:
       raise ValueError(f"the vocabulary {source} is not the one the index records (sha256 "
                        f"{vocab['sha256']}): export with the model's own vocabulary.")
-    fileio.atomic_write(path, lambda f: f.write(data))
+    io.atomic_write(path, lambda f: f.write(data))
 
   def completed_chunks(self) -> int:
     """Number of chunks 0, 1, ... whose files are all complete on disk."""
@@ -227,9 +239,12 @@ class IndexWriter:
     paths = files.chunk_files(self.out_dir, chunk_id)
     files.write_npy(paths["vectors"], tokens)
     files.write_npy(paths["doc_index"], doc_index)
-    record = {"doc_ids": list(doc_ids), "doc_lengths": lengths,
-              "vectors": files.record(paths["vectors"]),
-              "doc_index": files.record(paths["doc_index"])}
+    record = {
+        "doc_ids": list(doc_ids),
+        "doc_lengths": lengths,
+        "vectors": files.record(paths["vectors"]),
+        "doc_index": files.record(paths["doc_index"])
+    }
     if saliences is not None:
       if [len(u) for u in saliences] != lengths:
         raise ValueError(f"chunk {chunk_id}: salience lengths {[len(u) for u in saliences]} "
@@ -237,7 +252,7 @@ class IndexWriter:
       files.write_npy(paths["salience"], np.concatenate([np.zeros(0), *saliences],
                                                         dtype=np.float32))
       record["salience"] = files.record(paths["salience"])
-    files.write_json(paths["chunk"], record)
+    io.write_json(paths["chunk"], record)
     self._next_chunk += 1
 
   def _check_next(self, chunk_id: int) -> None:
@@ -254,7 +269,7 @@ class IndexWriter:
     # The chunk record comes last: its presence marks the chunk complete.
     for name, dst in files.chunk_files(self.out_dir, chunk_id).items():
       if os.path.lexists(sources[name]):
-        fileio.link_or_copy(sources[name], dst)
+        io.link_or_copy(sources[name], dst)
     self._next_chunk += 1
 
   def finalize(self, scann_config: scann.ScannConfig | None = None) -> dict[str, Any]:
@@ -273,18 +288,22 @@ class IndexWriter:
       self._lock.release()
 
   def _finalize(self, scann_config: scann.ScannConfig) -> dict[str, Any]:
-    metas = [files.read_json(files.chunk_files(self.out_dir, c)["chunk"])
-             for c in range(self._next_chunk)]
+    metas = [
+        files.read_json(files.chunk_files(self.out_dir, c)["chunk"])
+        for c in range(self._next_chunk)
+    ]
     listed, chunks = {}, []
     for chunk, meta in enumerate(metas):
       chunks.append(self._checked_chunk(chunk, meta, listed))
     lengths = [n for meta in metas for n in meta["doc_lengths"]]
     if not sum(lengths):
       raise ValueError(f"{self.out_dir}: no document tokens were written")
-    vectors = np.concatenate(
-        [files.load_npy(files.chunk_files(self.out_dir, i)["vectors"],
-                        (c["num_tokens"], self.settings["dim"]), self.settings["dtype"])
-         for i, c in enumerate(chunks)], dtype=np.float32)
+    vectors = np.concatenate([
+        files.load_npy(
+            files.chunk_files(self.out_dir, i)["vectors"],
+            (c["num_tokens"], self.settings["dim"]), self.settings["dtype"])
+        for i, c in enumerate(chunks)
+    ], dtype=np.float32)
     indexed = self._indexed_tokens(chunks, lengths)
     if indexed is not None:
       vectors = vectors[indexed]
@@ -297,17 +316,22 @@ class IndexWriter:
     listed.update(scann.write(searcher, self.out_dir))
     doc_ids = [doc_id for meta in metas for doc_id in meta["doc_ids"]]
     doc_ids_path = os.path.join(self.out_dir, files.DOC_IDS)
-    fileio.atomic_write(doc_ids_path,
-                        lambda f: f.write("".join(json.dumps(i) + "\n" for i in doc_ids).encode()))
+    io.atomic_write(doc_ids_path,
+                    lambda f: f.write("".join(json.dumps(i) + "\n" for i in doc_ids).encode()))
     offsets_path = os.path.join(self.out_dir, files.DOC_OFFSETS)
     files.write_npy(offsets_path, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]))
     listed[files.DOC_IDS] = files.record(doc_ids_path)
     listed[files.DOC_OFFSETS] = files.record(offsets_path)
     listed.update(self._listed_vocabulary())
-    manifest = {**self.settings, "num_docs": len(doc_ids), "num_tokens": sum(lengths),
-                "num_indexed_tokens": num_indexed, "scann": scann_settings, "chunks": chunks,
-                "files": dict(sorted(listed.items()))}
-    files.write_json(os.path.join(self.out_dir, files.MANIFEST), manifest)
+    manifest = {
+        **self.settings, "num_docs": len(doc_ids),
+        "num_tokens": sum(lengths),
+        "num_indexed_tokens": num_indexed,
+        "scann": scann_settings,
+        "chunks": chunks,
+        "files": dict(sorted(listed.items()))
+    }
+    io.write_json(os.path.join(self.out_dir, files.MANIFEST), manifest)
     drop_unstored_vectors(self.out_dir, manifest)
     return manifest
 
@@ -316,7 +340,7 @@ class IndexWriter:
     vocab = self.settings["model"].get("vocabulary")
     if vocab is None or not vocab["path"].startswith(files.VOCABULARY_DIR + "/"):
       return {}
-    path = fileio.inside(self.out_dir, vocab["path"])
+    path = io.inside(self.out_dir, vocab["path"])
     record = files.record(path)
     if record["sha256"] != vocab["sha256"]:
       raise files.DamagedIndexError(f"{path} is damaged: its sha256 differs from the model's "
@@ -328,16 +352,19 @@ class IndexWriter:
     beta = self.settings["prune_doc"]
     if beta is None:
       return None
-    saliences = np.concatenate([files.load_npy(os.path.join(self.out_dir, c["salience_file"]),
-                                               (c["num_tokens"],), "float32") for c in chunks])
+    saliences = np.concatenate([
+        files.load_npy(os.path.join(self.out_dir, c["salience_file"]), (c["num_tokens"],),
+                       "float32") for c in chunks
+    ])
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     kept = np.concatenate([np.zeros(0, bool)] + [
         salience_lib.kept(saliences[start:stop], beta)
-        for start, stop in zip(offsets[:-1], offsets[1:])])
+        for start, stop in zip(offsets[:-1], offsets[1:])
+    ])
     return np.flatnonzero(kept).astype(np.int64)
 
-  def _checked_chunk(self, chunk: int, meta: dict[str, Any],
-                     listed: dict[str, Any]) -> dict[str, Any]:
+  def _checked_chunk(self, chunk: int, meta: dict[str, Any], listed: dict[str,
+                                                                          Any]) -> dict[str, Any]:
     """Verifies chunk `chunk` on disk against its record `meta`, adds its files to `listed`;
     returns its manifest entry."""
     paths = files.chunk_files(self.out_dir, chunk)
@@ -348,13 +375,16 @@ class IndexWriter:
     for name in names:
       if files.record(paths[name]) != meta[name]:
         raise files.DamagedIndexError(
-            f"{paths[name]} is damaged: its sha256 or size differs from {paths['chunk']}. "
-            + verify.repair_hint(self.out_dir))
+            f"{paths[name]} is damaged: its sha256 or size differs from {paths['chunk']}. " +
+            verify.repair_hint(self.out_dir))
       listed[os.path.relpath(paths[name], self.out_dir)] = meta[name]
     listed[os.path.relpath(paths["chunk"], self.out_dir)] = files.record(paths["chunk"])
-    entry = {"file": os.path.relpath(paths["vectors"], self.out_dir),
-             "doc_index_file": os.path.relpath(paths["doc_index"], self.out_dir),
-             "num_docs": len(meta["doc_ids"]), "num_tokens": sum(meta["doc_lengths"])}
+    entry = {
+        "file": os.path.relpath(paths["vectors"], self.out_dir),
+        "doc_index_file": os.path.relpath(paths["doc_index"], self.out_dir),
+        "num_docs": len(meta["doc_ids"]),
+        "num_tokens": sum(meta["doc_lengths"])
+    }
     if not self.settings.get("vectors_stored", True):  # doc_offsets gives each token's doc.
       del listed[entry.pop("file")], listed[entry.pop("doc_index_file")]
     if "salience" in meta:
@@ -405,8 +435,8 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
                      "export from the corpus instead.")
   writer = IndexWriter(out_dir, source["dim"], source["dtype"], source["model"],
                        source["fingerprint"], source["docs_per_chunk"], source["corpus"],
-                       source["gin_config"], prune_doc, store_vectors,
-                       vocabulary=vocabulary and _regular(source_dir, vocabulary["path"]))
+                       source["gin_config"], prune_doc, store_vectors, vocabulary=vocabulary and
+                       _regular(source_dir, vocabulary["path"]))
   for chunk in range(writer.completed_chunks(), len(source["chunks"])):
     writer.link_chunk(chunk, source_dir)
   manifest = writer.finalize(scann_config)
@@ -415,9 +445,9 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
 
 
 def _regular(index_dir: str, relative: str) -> str:
-  """index_dir/relative, a regular file inside the index (`fileio.inside`)."""
-  path = fileio.inside(index_dir, relative)
-  fileio.regular_size(path)
+  """index_dir/relative, a regular file inside the index (`io.inside`)."""
+  path = io.inside(index_dir, relative)
+  io.regular_size(path)
   return path
 
 
@@ -432,15 +462,17 @@ def _prepare_repair(out_dir: str, manifest: dict[str, Any]) -> str:
   damaged = []
   for relative, expected in manifest["files"].items():
     try:
-      intact = files.record(fileio.inside(out_dir, relative)) == expected
+      intact = files.record(io.inside(out_dir, relative)) == expected
     except FileNotFoundError:
       intact = False
     if not intact:
       damaged.append(relative)
   chunk_records = lambda c: os.path.relpath(files.chunk_files(out_dir, c)["chunk"], out_dir)
-  bad_chunks = [c for c, chunk in enumerate(manifest["chunks"])
-                if {*(chunk[key] for key in files.CHUNK_FILES if key in chunk),
-                    chunk_records(c)} & set(damaged)]
+  bad_chunks = [
+      c for c, chunk in enumerate(manifest["chunks"])
+      if {*(chunk[key] for key in files.CHUNK_FILES if key in chunk),
+          chunk_records(c)} & set(damaged)
+  ]
   first_bad = bad_chunks[0] if bad_chunks else len(manifest["chunks"])
   if not manifest.get("vectors_stored", True):
     first_bad = 0  # Rebuilding ScaNN needs every token vector: re-encode them all.

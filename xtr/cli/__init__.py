@@ -1,0 +1,333 @@
+"""What the command-line tools share: gin flags, search flags, opening an index and its encoder.
+
+The tools take their model and settings from gin (`--gin_file`, `--gin_bindings`); gin paths are
+relative to the current directory or to the repository root, so run files
+`include 'gin/models/t5_1_1_base.gin'` and work from anywhere.
+"""
+import ctypes
+import logging as std_logging
+import math
+import os
+import pathlib
+import re
+import sys
+import textwrap
+import tokenize
+import traceback
+from typing import Callable
+from typing import Mapping
+from typing import NoReturn
+from typing import Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import gin
+
+from xtr import io
+from xtr.cli import compilation_cache
+from xtr.evaluation import beir_eval
+from xtr.index import reader
+from xtr.index import verify
+from xtr.models import encoding
+from xtr.retrieval import ranker
+from xtr.retrieval import searcher
+from xtr.scoring import alignment
+from xtr.scoring import registry
+
+REPO_DIR = pathlib.Path(__file__).resolve().parents[1]
+_M_ARENA_MAX = -8  # glibc's mallopt parameter.
+MAX_COUNT = 2**31 - 1  # The bound of count flags: what numpy, JAX and ScaNN index with int32.
+REFUSED = 2  # The exit status of a refusal (the usage-error convention).
+# What xtr raises to refuse input (a flag, a file, a damaged index, a full disk); anything else
+# is a bug, whose traceback is kept.
+REFUSALS = (ValueError, OSError, app.UsageError, flags.Error)
+EXIT_STATUS = (
+    "Exit status: 0 done; 2 refused (a bad flag or input file, a damaged index or checkpoint, a "
+    "full disk): one line on stderr says what, which flag or file, and what to do, and "
+    "--traceback adds the Python traceback; 1 a bug in xtr, with its traceback.")
+
+GIN_FILES = flags.DEFINE_multi_string("gin_file", [], "Gin config files, in order.")
+GIN_BINDINGS = flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, after the files.")
+TRACEBACK = flags.DEFINE_bool(
+    "traceback", False, "Print the Python traceback of a refusal too (exit status 2), and keep "
+    "the log lines of TensorFlow, JAX and orbax on stderr (as --verbosity=0 does).")
+
+# Inference tools encode with the model and vocabulary that the model gin files define.
+ENCODER_BINDINGS = ("xtr.models.encoding.Encoder.model = %MODEL",
+                    "xtr.models.encoding.Encoder.vocabulary = %VOCABULARY")
+
+
+def parse_gin(extra_bindings: Sequence[str] = ()) -> None:
+  """Parses --gin_file, then --gin_bindings, then `extra_bindings`; a ValueError names what gin
+  cannot parse."""
+  gin.add_config_file_search_path(str(REPO_DIR))
+  try:
+    gin.parse_config_files_and_bindings(GIN_FILES.value, [*GIN_BINDINGS.value, *extra_bindings])
+  except (SyntaxError, tokenize.TokenError) as e:
+    where = getattr(e, "filename", None) or "a file of --gin_file or --gin_bindings"
+    raise ValueError(f"gin cannot parse {where}: {e}") from None
+
+
+class IndexFlags:
+  """Defines --index and --checkpoint of a tool that searches, and --verify and --vocabulary
+  with which `open` opens them."""
+
+  def __init__(self, index_help: str = "Token index of the dataset's corpus (xtr-export --out)."):
+    self.index = flags.DEFINE_string("index", None, index_help)
+    self.checkpoint = flags.DEFINE_string(
+        "checkpoint", None, "The checkpoint the index was built with (an xtr-train checkpoint "
+        "or a directory of the released XTR weights).")
+    self._verify = flags.DEFINE_enum(
+        "verify", "fast", verify.MODES,
+        "Index checks before first use: full (sha256 of every file, on every open), fast (sha256 "
+        "of small files on every open, of large ones once and again whenever they change), off "
+        "(sizes only).")
+    self._vocabulary = flags.DEFINE_string(
+        "vocabulary", None, "A local copy of the index's vocabulary file (sentencepiece model, "
+        "tokenizer.json or vocab.txt), where its recorded path does not exist.")
+
+  def open(self) -> tuple[encoding.Encoder, reader.TokenIndex]:
+    """`searcher.open_for_search` of --index and --checkpoint, after parsing gin: --gin_file and
+    --gin_bindings may set what the manifest does not (e.g. `Encoder.batch_size`)."""
+    parse_gin()
+    return searcher.open_for_search(self.index.value, self.checkpoint.value, self._verify.value,
+                                    self._vocabulary.value)
+
+
+class SplitFlags:
+  """Defines --data_dir and --split of a tool that reads a BEIR split (`split_help` says what
+  the split is for), which `load` reads."""
+
+  def __init__(self, split_help: str):
+    self.data_dir = flags.DEFINE_string("data_dir", None, "BEIR-layout dataset directory.")
+    self.split = flags.DEFINE_string("split", "test", split_help)
+
+  def load(self) -> beir_eval.BeirData:
+    """The split's queries, qrels and corpus (`beir_eval.load_beir`)."""
+    return beir_eval.load_beir(self.data_dir.value, self.split.value)
+
+
+def corpus_matches_index(corpus_path: str, token_index: reader.TokenIndex) -> bool:
+  """Whether `corpus_path` is the file the index was exported from; warns on stderr if not."""
+  indexed = token_index.manifest["corpus"]
+  if io.sha256(corpus_path) == indexed["sha256"]:
+    return True
+  print(
+      f"Warning: {corpus_path} is not the corpus file that the index at {token_index.path} was "
+      f"exported from ({indexed['path']}, sha256 {indexed['sha256'][:12]}...): its documents "
+      "may differ from the ones searched.", file=sys.stderr, flush=True)
+  return False
+
+
+def check_index_covers_qrels(doc_ids: Sequence[str], qrels: Mapping[str, Mapping[str, int]],
+                             index_path: str) -> None:
+  """Refuses an index that lacks judged documents (e.g. exported from another corpus)."""
+  indexed = set(doc_ids)
+  missing = sorted({d for docs in qrels.values() for d in docs} - indexed)
+  if missing:
+    raise ValueError(f"The index at {index_path} lacks {len(missing)} judged documents (e.g. "
+                     f"{missing[:3]}): was it exported from this dataset's corpus.jsonl?")
+
+
+def quiet_logging() -> None:
+  """Third-party log lines off stderr unless --verbosity or --traceback is given: orbax's records
+  (a restore warns that _CHECKPOINT_METADATA is missing, saves log at INFO), seqio's INFO and
+  WARNING records, and JAX's warning that it falls back to the CPU. xtr's own warnings stay.
+  (TensorFlow's C++ lines are silenced at `import xtr`, before TensorFlow is imported.)"""
+  if flags.FLAGS["verbosity"].present or TRACEBACK.value:
+    return
+  logging.set_verbosity(logging.WARNING)
+  logging.get_absl_handler().addFilter(_not_third_party_chatter)
+  std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.ERROR)
+
+
+def _not_third_party_chatter(record: std_logging.LogRecord) -> bool:
+  """Whether a log record is kept: anything but a seqio record below ERROR or an orbax record
+  (orbax logs the error of an asynchronous save, with its traceback, from the thread that
+  failed; the trainer re-raises it, naming the checkpoint, where it waits for the save)."""
+  if re.search(r"[/\\]orbax[/\\]", record.pathname):
+    return False
+  seqio = re.search(r"[/\\]seqio[/\\]", record.pathname)
+  return not seqio or record.levelno >= std_logging.ERROR
+
+
+def run(main: Callable[[Sequence[str]], None], module_name: str,
+        required: Sequence[str] = ()) -> None:
+  """`app.run(main)` for the console script of the tool module `module_name`, with xtr's
+  refusals (`REFUSALS`, flag errors included) printed as one line on stderr, exit status 2.
+
+  absl's --help lists the flags of `__main__` (none, in a console script) and exits 1. Here
+  --help (also -h, -? and --helpshort) prints the tool's docstring, its own flags with their
+  defaults and `EXIT_STATUS`, and exits 0; --helpfull still lists every flag of every library.
+  """
+  if any(arg in ("--help", "-help", "--helpshort", "-h", "-?") for arg in sys.argv[1:]):
+    print(sys.modules[module_name].__doc__.strip() + "\n")
+    flags_module = sys.argv[0] if module_name == "__main__" else module_name  # python -m ...
+    print("\n".join(flags.FLAGS.module_help(name) for name in (flags_module, __name__)))
+    print("\n--helpfull lists the flags of every library too.\n")
+    print(textwrap.fill(EXIT_STATUS, 80))
+    sys.exit(0)
+  flags.mark_flags_as_required(required)
+  _fewer_malloc_arenas()
+  app.run(refusing(compilation_cache.using_cache(main)), flags_parser=_parse_flags)
+
+
+def _parse_flags(argv: Sequence[str]) -> Sequence[str]:
+  """absl's parsing of `argv`, a bad flag refused in one line."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    refuse(error, hint=" (--help lists the flags)")
+
+
+def refusing(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
+  """`main` with third-party logs quieted and its refusals (`REFUSALS`) printed by `refuse`
+  (after their traceback, with --traceback); other exceptions propagate (exit status 1)."""
+
+  def refusing_main(argv: Sequence[str]) -> None:
+    quiet_logging()
+    try:
+      main(argv)
+    except REFUSALS as error:
+      if TRACEBACK.value:
+        traceback.print_exc()
+      refuse(error)
+
+  return refusing_main
+
+
+def refuse(error: BaseException, hint: str = "") -> NoReturn:
+  """Prints `refusal_line(error)` and `hint` on stderr and exits with status `REFUSED`."""
+  print(refusal_line(error) + hint, file=sys.stderr, flush=True)
+  sys.exit(REFUSED)
+
+
+def refusal_line(error: BaseException) -> str:
+  """`program: message` on one line (a message's line breaks become spaces)."""
+  message = re.sub(r"\s*\n\s*", " ", str(error).strip()) or type(error).__name__
+  return f"{os.path.basename(sys.argv[0])}: {message}"
+
+
+def _fewer_malloc_arenas() -> None:
+  """Two malloc arenas, not glibc's default of up to 8 per core: each of XLA's and ScaNN's
+  threads that allocates gets an arena of its own, where freed memory stays. An XTR search of
+  SciFact peaked at 609 MiB with the default, 538 MiB with 2 (docs/performance.md); the same as
+  MALLOC_ARENA_MAX=2 in the environment. Nothing where libc is not glibc."""
+  try:
+    ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, 2)
+  except (OSError, AttributeError):
+    pass
+
+
+def check_output_file(flag: str, path: str | None) -> None:
+  """Refuses --flag=path, before any work, if it is a directory or its directory is missing."""
+  if path in (None, "-"):
+    return
+  if os.path.isdir(path):
+    raise app.UsageError(f"--{flag}={path} is a directory; give the path of a file to write.")
+  parent = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(parent):
+    raise app.UsageError(f"--{flag}={path}: the directory {parent} does not exist.")
+
+
+def check_no_arguments(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise flags.ValidationError(f"Unexpected arguments: {argv[1:]}")
+
+
+def define_fraction(name: str, default: float | None, help_text: str,
+                    closed: bool = False) -> flags.FlagHolder:
+  """A float flag of the calling module in (0, 1] ([0, 1] if `closed`); another value (NaN,
+  inf) is refused when the flags are parsed, before any work."""
+  interval = "[0, 1]" if closed else "(0, 1]"
+  holder = flags.DEFINE_float(name, default, f"{help_text} In {interval}.",
+                              module_name=_calling_module())
+  flags.register_validator(
+      name, lambda value: value is None or (0 <= value if closed else 0 < value) and value <= 1,
+      message=f"not a number in {interval}")
+  return holder
+
+
+def define_count(name: str, default: int | None, help_text: str,
+                 lower_bound: int = 1) -> flags.FlagHolder:
+  """An integer flag of the calling module in [lower_bound, MAX_COUNT], refused when the flags
+  are parsed otherwise."""
+  return flags.DEFINE_integer(name, default, help_text, lower_bound=lower_bound,
+                              upper_bound=MAX_COUNT, module_name=_calling_module())
+
+
+def _calling_module() -> str:
+  """The module that called the caller, named as absl names it (`python -m`: by argv[0]), for
+  its --help to list the flags it defines through a helper here."""
+  name = sys._getframe(2).f_globals["__name__"]  # pylint: disable=protected-access
+  return sys.argv[0] if name == "__main__" else name
+
+
+def define_search_flags(scoring_only: str | None = None) -> Callable[[], ranker.SearchConfig]:
+  """Defines the flags of `ranker.SearchConfig`; returns a function that reads them.
+
+  Args:
+    scoring_only: a tool that scores one way only (e.g. "aligner") gets no --scoring and no
+      --impute flag.
+  """
+  defaults = ranker.SearchConfig()
+  top_k = define_count(
+      "top_k", defaults.top_k, "Documents returned per query; more than the "
+      "index holds returns them all.")
+  k_prime = define_count(
+      "k_prime", defaults.k_prime, "Document tokens retrieved per query token "
+      "(k'); more than the index's token-retrieval index holds (its "
+      "num_indexed_tokens) retrieves them all.")
+  if scoring_only is None:
+    scoring = flags.DEFINE_enum(
+        "scoring", defaults.scoring, registry.names("search"),
+        "xtr: f_XTR' from retrieved tokens only; colbert: ColBERT's "
+        "three stages; aligner: ALIGNER's refinement (--alignment, "
+        "saliences); exhaustive: MaxSim of every document, no token retrieval "
+        "(xtr.scoring.registry).")
+    impute = flags.DEFINE_string(
+        "impute", defaults.impute, "f_XTR' imputation: top_k_prime, zero, none, or a finite "
+        "number.")
+  alignment_text = flags.DEFINE_string(
+      "alignment", str(defaults.alignment), "The sparse alignment of --scoring=aligner: top_k:K, "
+      "top_p:P (P a fraction of the document's length, e.g. 0.015) or differentiable:K.")
+  prune_query = define_fraction(
+      "prune_query", None, "β_q: only the ⌈β_q·n⌉ most salient query tokens retrieve tokens (a "
+      "model with salience heads). Default: all of them.")
+  searcher = flags.DEFINE_enum("searcher", defaults.searcher, ("scann", "bruteforce"),
+                               "Token retrieval: the ScaNN index or exact brute force.")
+  leaves_to_search = define_count(
+      "leaves_to_search", None, "ScaNN partitions searched per query token (default: the "
+      "index's, as built; more is slower and closer to exact; more than the index has searches "
+      "them all).")
+  threads = flags.DEFINE_integer(
+      "threads", defaults.threads, "CPU threads of token retrieval and scoring: 1 answers one "
+      "query at a time; more answers --scoring=xtr queries in batches (throughput). At most the "
+      f"CPU cores ({os.cpu_count()} here).", lower_bound=1, upper_bound=os.cpu_count())
+
+  def read() -> ranker.SearchConfig:
+    impute_value = defaults.impute if scoring_only else _impute(impute.value)
+    try:
+      parsed = alignment.Alignment.parse(alignment_text.value)
+    except ValueError as e:
+      raise flags.ValidationError(f"--alignment={alignment_text.value}: {e}") from None
+    return ranker.SearchConfig(top_k.value, k_prime.value, scoring_only or scoring.value,
+                               impute_value, searcher.value, parsed, prune_query.value,
+                               leaves_to_search.value, threads.value)
+
+  return read
+
+
+def _impute(text: str) -> str | float:
+  """The value of --impute: a name, or a finite number."""
+  if text in ("top_k_prime", "zero", "none"):
+    return text
+  try:
+    value = float(text)
+  except ValueError:
+    value = math.nan
+  if not math.isfinite(value):
+    raise flags.ValidationError(
+        f"--impute={text}: give top_k_prime, zero, none or a finite number.")
+  return value

@@ -1,0 +1,186 @@
+"""`xtr-analyze-alignment`: the instruments of "Generative Retrieval as Multi-Vector Dense
+Retrieval" (Wu et al., 2024) on trained checkpoints and a BEIR-layout split (`xtr.analysis`).
+
+  # after `make demo` (runs/demo):
+  xtr-analyze-alignment --gin_file=gin/runs/demo.gin --gin_file=gin/analysis/untuned_minilm.gin \
+    --data_dir=data/scifact --split=test --checkpoint=XTR=runs/demo/xtr/wise_ft_0.7 \
+    [--checkpoint=LABEL=MODEL_DIR ...] [--compare=OTHER_DIR/alignment.json ...] \
+    [--query_id=Q] [--doc_id=D] --out=DIR
+
+Every checkpoint is loaded into the run file's model (%MODEL, as `xtr-export` does); with
+gin/analysis/untuned_minilm.gin (`measure.Settings.pretrained_backbone`) the untuned backbone's
+raw token vectors are analyzed too. Models of another architecture (e.g. ALIGNER's salience
+heads) take a run of their own; --compare adds that run's models to the plots.
+
+Writes to DIR:
+  alignment.json     per model: rerank Recall@1, Recall@10, MRR@10, nDCG@10 of each direction
+                     (q→d with the model's alignment, d→q, d→q per document token) over each
+                     query's BM25 top-100 plus gold documents; exact-match rates of the hard and
+                     soft alignments of both directions by equal-count IDF bin of the query
+                     tokens (special tokens apart), over all candidates and over those that
+                     contain the token; the mean normalized singular-value spectrum
+                     and rank-1 error of each direction's alignment.
+  term_matching.png  exact-match rate against IDF, one curve per model (Figures 2–3)
+  spectra.png        the normalized spectra (§7.4)
+  case_study.png     S and both alignments of --query_id (default: the split's first query) and
+                     --doc_id (default: its most relevant judged document) (§7.5)
+Settings (candidates, τ, IDF bins) are `measure.Settings` in gin.
+"""
+import json
+import os
+from typing import Any
+from typing import Sequence
+
+from absl import flags
+import numpy as np
+
+from xtr import cli
+from xtr import io
+from xtr.analysis import measure
+from xtr.analysis import plots
+from xtr.evaluation import beir_eval
+from xtr.models import encoding
+from xtr.scoring import alignment
+
+_SPLIT_FLAGS = cli.SplitFlags("qrels split of the queries (qrels/{split}.tsv).")
+_CHECKPOINT = flags.DEFINE_multi_string(
+    "checkpoint", [], "[LABEL=]MODEL_DIR: a checkpoint of the run file's model (repeatable); "
+    "LABEL defaults to the directory's name.")
+_COMPARE = flags.DEFINE_multi_string(
+    "compare", [], "alignment.json of an earlier run, whose models join the plots.")
+_QUERY_ID = flags.DEFINE_string("query_id", None, "The case study's query (default: the first).")
+_DOC_ID = flags.DEFINE_string(
+    "doc_id", None, "The case study's document (default: the query's "
+    "most relevant judged document).")
+_OUT = flags.DEFINE_string("out", None, "Directory to write (created if missing).")
+
+UNTUNED = "untuned backbone"
+
+
+def _labelled(values: Sequence[str]) -> dict[str, str]:
+  """--checkpoint values -> {label: model dir}; refuses a repeated label."""
+  labelled = {}
+  for value in values:
+    label, sep, path = value.partition("=")
+    if not sep:
+      label, path = os.path.basename(os.path.normpath(value)), value
+    if not label or not path or label in labelled or label == UNTUNED:
+      raise flags.ValidationError(f"--checkpoint={value}: give LABEL=MODEL_DIR with a label of "
+                                  f"its own (labels so far: {sorted(labelled)}).")
+    labelled[label] = path
+  return labelled
+
+
+def _read_compare(path: str) -> dict[str, Any]:
+  """The models of an earlier alignment.json (ValueError naming the file if it is not one)."""
+  try:
+    with open(path) as f:
+      models = json.load(f)["models"]
+    for label, result in models.items():
+      if not {"term_matching", "low_rank"} <= result.keys():
+        raise KeyError(label)
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    raise flags.ValidationError(f"--compare={path}: not an alignment.json of "
+                                f"xtr-analyze-alignment ({type(e).__name__}: {e}).") from None
+  return models
+
+
+def _case(data: beir_eval.BeirData) -> tuple[str, str]:
+  """(query id, doc id) of the case study, checked against the split."""
+  query_id = _QUERY_ID.value or data.query_ids[0]
+  if query_id not in data.query_ids:
+    raise flags.ValidationError(f"--query_id={query_id} is not a query of qrels/"
+                                f"{_SPLIT_FLAGS.split.value}.tsv in {_SPLIT_FLAGS.data_dir.value}.")
+  doc_id = _DOC_ID.value or data.most_relevant(query_id)
+  if doc_id is None or doc_id not in data.doc_ids:
+    raise flags.ValidationError(f"--doc_id={doc_id}: name a document of the corpus (query "
+                                f"{query_id} has no relevant one to default to).")
+  return query_id, doc_id
+
+
+def _encoders(checkpoints: dict[str, str], settings: measure.Settings):
+  """(label, encoder) of each checkpoint, then of the untuned backbone if a loader is bound;
+  one at a time, so that one model's parameters are in memory at once."""
+  for label, path in checkpoints.items():
+    yield label, encoding.Encoder(encoding.load_params(path))
+  if settings.pretrained_backbone is not None:
+    yield UNTUNED, measure.untuned_encoder(settings)
+
+
+def main(argv: Sequence[str]) -> None:
+  cli.check_no_arguments(argv)
+  cli.parse_gin(extra_bindings=cli.ENCODER_BINDINGS + measure.SETTINGS_BINDINGS)
+  settings = measure.Settings()
+  checkpoints = _labelled(_CHECKPOINT.value)
+  if not checkpoints and settings.pretrained_backbone is None:
+    raise flags.ValidationError("Nothing to analyze: give --checkpoint, or bind "
+                                "measure.Settings.pretrained_backbone (gin/analysis/).")
+  compared = {
+      label: result for path in _COMPARE.value for label, result in _read_compare(path).items()
+  }
+  for path in checkpoints.values():
+    encoding.latest_step_dir(path)  # FileNotFoundError naming it, before any work
+  data = _SPLIT_FLAGS.load()
+  query_id, doc_id = _case(data)
+  case_query = data.queries[data.query_ids.index(query_id)]
+  case_doc = data.docs[data.doc_ids.index(doc_id)]
+  os.makedirs(_OUT.value, exist_ok=True)
+
+  print(f"BM25 candidates of {len(data.query_ids)} queries", flush=True)
+  candidates_of = measure.candidates(data, settings.bm25_depth)
+  candidate_docs = sorted(set().union(*candidates_of))
+  results, panels = {}, []
+  for number, (label, encoder) in enumerate(_encoders(checkpoints, settings), 1):
+    print(f"== model {number}: {label}", flush=True)
+    strategy = alignment.Alignment() if label != UNTUNED else alignment.Alignment("top_k", k=1)
+    model = measure.Model(
+        label, encoder.tokenizer, measure.encode(encoder, data.queries, "query"),
+        measure.encode(encoder, [data.docs[d] for d in candidate_docs], "document"), strategy)
+    corpus_ids = measure.token_ids(encoder.tokenizer, data.docs, encoder.doc_max_length)
+    results[label] = measure.analyze(model, data, candidate_docs, candidates_of, corpus_ids,
+                                     settings)
+    results[label]["checkpoint"] = checkpoints.get(label)
+    matrices, q_pieces, d_pieces = measure.case_study(encoder, strategy, case_query, case_doc,
+                                                      settings.temperature)
+    panels += [
+        (f"{label}: {name}", matrix, q_pieces, d_pieces) for name, matrix in matrices.items()
+    ]
+
+  report = {
+      "data_dir": _SPLIT_FLAGS.data_dir.value,
+      "split": _SPLIT_FLAGS.split.value,
+      "num_queries": len(data.query_ids),
+      "candidates_per_query": float(np.mean([len(c) for c in candidates_of])),
+      "settings": {
+          "bm25_depth": settings.bm25_depth,
+          "temperature": settings.temperature,
+          "num_idf_bins": settings.num_idf_bins
+      },
+      "case_study": {
+          "query_id": query_id,
+          "doc_id": doc_id
+      },
+      "models": results
+  }
+  io.write_results(os.path.join(_OUT.value, "alignment.json"), report)
+  everything = compared | results
+  plots.term_matching({
+      k: v["term_matching"] for k, v in everything.items()
+  }, os.path.join(_OUT.value, "term_matching.png"))
+  plots.spectra({
+      k: v["low_rank"] for k, v in everything.items()
+  }, os.path.join(_OUT.value, "spectra.png"))
+  plots.case_study(panels, os.path.join(_OUT.value, "case_study.png"))
+  for label, result in results.items():
+    for direction, metrics in result["rerank"].items():
+      print(f"{label:>20} {direction:>14}: " + " ".join(
+          f"{name} {metrics[name]:.4f}" for name in ("recall@1", "recall@10", "mrr@10", "ndcg@10")))
+  print(f"Wrote {_OUT.value}/alignment.json and its PNGs.")
+
+
+def console_entry_point() -> None:
+  cli.run(main, __name__, required=["data_dir", "out"])
+
+
+if __name__ == "__main__":
+  console_entry_point()

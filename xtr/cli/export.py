@@ -1,0 +1,157 @@
+"""`xtr-export`: encode a corpus with a trained XTR encoder and build its token index.
+
+  xtr-export --gin_file=gin/runs/smoke.gin --checkpoint=runs/smoke \
+    --corpus=data/scifact/corpus.jsonl.gz --out=runs/smoke/index
+
+The released XTR weights (README, "Evaluate the released XTR"): --gin_file of their model
+(gin/models/xtr_base_en.gin) and --checkpoint=their directory, which gin sees as CHECKPOINT.
+
+Documents are encoded in chunks (`--docs_per_chunk`) with a progress bar; a killed export
+resumes at its last complete chunk when rerun with the same flags. With --num_shards=S, run once
+per --shard_id (e.g. one per host): each writes INDEX_DIR/shard-SSSSS-of-NNNNN over a contiguous
+range of the corpus, and search fans out over the shards. ScaNN settings: `ScannConfig` of
+`xtr.index.scann`. The index records the corpus file's sha256, the document range and the
+checkpoint's fingerprint: a resumed export, a rerun into a complete index or a --repair with
+another corpus, range or checkpoint is refused and leaves the index as it was. A damaged index
+is repaired by rerunning the command with --repair (an unset --docs_per_chunk takes the index's
+value). Two exports or repairs of one directory at once are refused (export.lock).
+
+--store_vectors=none writes an index for f_XTR' only: ScaNN and the document map, without the
+float token vectors that ColBERT's and ALIGNER's refinement, exact scoring and brute-force
+retrieval read (they are kept while the export runs, for resuming and for ScaNN, then deleted).
+The export prints the bytes of every kind of file, per token.
+
+ALIGNER (a checkpoint with salience heads): --prune_doc=0.2 puts only the top 20 % of each
+document's tokens by salience into ScaNN (the token-retrieval index); every token vector is still
+stored, for the refinement stage of `xtr-search --scoring=aligner`. Another pruning of a complete
+index needs no re-encoding: --from_index=INDEX_DIR --prune_doc=0.1 --out=NEW_DIR links INDEX_DIR's
+chunks into NEW_DIR and builds only ScaNN (no --checkpoint or --corpus; with --num_shards, once
+per --shard_id as above). The same, without --prune_doc and with other `ScannConfig` gin
+bindings, gives another ScaNN of the same vectors (e.g. 4 dimensions per block); with
+--store_vectors=none, an XTR-only copy of the index.
+"""
+import os
+from typing import Sequence
+
+from absl import app
+from absl import flags
+
+from xtr import cli
+from xtr.data import beir_files
+from xtr.index import build
+from xtr.index import files
+from xtr.index import writer
+from xtr.models import encoding
+
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", None, "xtr-train model dir or checkpoint step dir, or a directory of the "
+    "released XTR weights (gin: CHECKPOINT is bound to it).")
+_CORPUS = flags.DEFINE_string("corpus", None, "BEIR corpus.jsonl(.gz) ({_id, title, text}).")
+_OUT = flags.DEFINE_string("out", None, "Index directory to write.")
+_STORE_VECTORS = flags.DEFINE_enum(
+    "store_vectors", "float16", files.STORE_VECTORS,
+    "Stored token vectors: their dtype, or none: an index for --scoring=xtr only (ScaNN and the "
+    "document map; no refinement, exact scoring or brute force).")
+_DOCS_PER_CHUNK = cli.define_count(
+    "docs_per_chunk", None, "Documents per saved chunk. Default: the value the --out directory "
+    "records (resume, repair), else 1000.")
+_NUM_SHARDS = cli.define_count("num_shards", 1, "Split the corpus into this many shards.")
+_SHARD_ID = cli.define_count("shard_id", 0, "The shard this process exports, in [0, "
+                             "--num_shards).", lower_bound=0)
+flags.register_multi_flags_validator(
+    ["shard_id", "num_shards"], lambda v: v["shard_id"] < v["num_shards"],
+    message="--shard_id must be less than --num_shards (shards count from 0).")
+_PRUNE_DOC = cli.define_fraction(
+    "prune_doc", None, "β_d: ScaNN indexes each document's top ⌈β_d·m⌉ tokens by salience "
+    "(ALIGNER; needs a checkpoint with salience heads). Default: every token.")
+_FROM_INDEX = flags.DEFINE_string(
+    "from_index", None, "A complete index of the same model and corpus: reuse its token vectors "
+    "(linked, not re-encoded) and build ScaNN with --prune_doc.")
+_REPAIR = flags.DEFINE_bool(
+    "repair", False, "Verify a complete index in full and redo what is damaged: "
+    "re-encode from the first damaged chunk, rebuild ScaNN. Refused, "
+    "leaving the index as it is, unless --checkpoint and --corpus are "
+    "the index's.")
+
+
+def main(argv: Sequence[str]) -> None:
+  cli.check_no_arguments(argv)
+  out_dir = _OUT.value
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise app.UsageError(f"--out={out_dir} is a file, not an index directory.")
+  if _NUM_SHARDS.value > 1:
+    out_dir = files.shard_path(out_dir, _SHARD_ID.value, _NUM_SHARDS.value)
+  prune_doc = _PRUNE_DOC.value
+  try:
+    manifest = _reprune(out_dir, prune_doc) if _FROM_INDEX.value else _export(out_dir, prune_doc)
+  except writer.IndexComplete as e:
+    print(e)
+    return
+  print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
+        f"of dim {manifest['dim']}, {manifest['num_indexed_tokens']} of them in ScaNN.")
+  print(_sizes(manifest))
+
+
+def _sizes(manifest: dict) -> str:
+  """The bytes of the index's files by kind, and per token."""
+  sizes = files.bytes_by_kind(manifest)
+  rows = [
+      f"  {kind:<9} {size:>14,} bytes {size / manifest['num_tokens']:8.1f} bytes/token"
+      for kind, size in (*sizes.items(), ("total", sum(sizes.values())))
+  ]
+  return "\n".join(rows)
+
+
+def _reprune(out_dir: str, prune_doc: float | None) -> dict:
+  """--from_index: the manifest of out_dir, the source's chunks with ScaNN over `prune_doc`."""
+  if _CHECKPOINT.value or _CORPUS.value or _REPAIR.value:
+    raise app.UsageError("--from_index reuses an index's token vectors: it takes no "
+                         "--checkpoint, --corpus or --repair.")
+  source = _FROM_INDEX.value
+  if _NUM_SHARDS.value > 1:
+    source = files.shard_path(source, _SHARD_ID.value, _NUM_SHARDS.value)
+  if not os.path.exists(os.path.join(source, files.MANIFEST)):
+    raise app.UsageError(f"--from_index={source} is not a complete index (no "
+                         f"{files.MANIFEST}).")
+  source_manifest = files.read_json(os.path.join(source, files.MANIFEST))
+  model, dtype = source_manifest.get("model"), source_manifest.get("dtype")
+  if prune_doc is not None and not (isinstance(model, dict) and model.get("salience")):
+    raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
+                         f"--from_index={source} has no salience heads.")
+  if _STORE_VECTORS.present and _STORE_VECTORS.value not in ("none", dtype):
+    raise app.UsageError(f"--store_vectors={_STORE_VECTORS.value}: --from_index={source} holds "
+                         f"{dtype} vectors; keep them or drop them (--store_vectors=none).")
+  cli.parse_gin()  # ScannConfig: another ScaNN of the same vectors.
+  print(f"Linking the chunks of {source} into {out_dir}; building its ScaNN index.", flush=True)
+  return writer.reprune(source, out_dir, prune_doc, store_vectors=_STORE_VECTORS.value != "none")
+
+
+def _export(out_dir: str, prune_doc: float | None) -> dict:
+  """The manifest of out_dir, encoded from --corpus with --checkpoint (resuming, repairing)."""
+  for flag in (_CHECKPOINT, _CORPUS):
+    if not flag.value:
+      raise app.UsageError(f"--{flag.name} is required (or --from_index).")
+  cli.parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
+  corpus = beir_files.read_jsonl(_CORPUS.value, beir_files.document_text)
+  docs = build.shard_range(len(corpus), _SHARD_ID.value, _NUM_SHARDS.value)
+  if not len(docs):
+    raise app.UsageError(f"--corpus={_CORPUS.value} has {len(corpus)} documents: nothing for "
+                         f"shard {_SHARD_ID.value} of {_NUM_SHARDS.value} to export.")
+  doc_ids = list(corpus)[docs.start:docs.stop]
+  texts = list(corpus.values())[docs.start:docs.stop]
+  record = build.corpus_record(_CORPUS.value, docs, len(corpus))
+  encoder = encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
+  if prune_doc is not None and not encoder.has_salience:
+    raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
+                         f"--checkpoint={_CHECKPOINT.value} has no salience heads (gin: "
+                         "xtr_encoder.XTREncoder.salience).")
+  return build.export(encoder, doc_ids, texts, out_dir, _STORE_VECTORS.value, _DOCS_PER_CHUNK.value,
+                      record, prune_doc, _REPAIR.value)
+
+
+def console_entry_point() -> None:
+  cli.run(main, __name__, required=["out"])
+
+
+if __name__ == "__main__":
+  console_entry_point()

@@ -1,0 +1,209 @@
+"""BEIR-layout files, read and validated: corpus.jsonl, queries.jsonl and qrels/{split}.tsv.
+
+corpus.jsonl holds {"_id", "title", "text"} records, queries.jsonl {"_id", "text"}, and
+qrels/{split}.tsv the header `query-id<TAB>corpus-id<TAB>score` then one judgment a line.
+Any of them may be gzipped (`corpus.jsonl.gz`); `resolve` finds whichever is there.
+Every error names the file, the line and the field (or the byte of invalid UTF-8).
+"""
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+import contextlib
+import gzip
+import json
+import os
+import random
+import sys
+import unicodedata
+
+QRELS_HEADER = ["query-id", "corpus-id", "score"]
+_BOM = "\ufeff"  # A byte order mark, which some editors write at the start of UTF-8 files.
+
+
+def resolve(data_dir: str, name: str) -> str:
+  """`data_dir/name`, or `data_dir/name.gz` where only that exists.
+
+  Raises:
+    FileNotFoundError: naming both paths, if neither exists.
+  """
+  path = os.path.join(data_dir, name)
+  for candidate in (path, path + ".gz"):
+    if os.path.exists(candidate):
+      return candidate
+  raise FileNotFoundError(f"Neither {path} nor {path}.gz exists.")
+
+
+def read_lines(path: str) -> Iterator[tuple[int, str]]:
+  """(line number, line without its newline) of a UTF-8 text file, gunzipped if it ends with
+  `.gz`; `-` reads stdin. A byte order mark (U+FEFF) that starts the file is dropped.
+
+  Raises:
+    ValueError: naming the file, line and byte of the first invalid UTF-8.
+  """
+  with contextlib.ExitStack() as stack:
+    if path == "-":
+      f, path = sys.stdin.buffer, "<stdin>"
+    else:
+      f = stack.enter_context(gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb"))
+    for line_number, raw in enumerate(f, start=1):
+      try:
+        line = raw.decode("utf-8").rstrip("\r\n")
+      except UnicodeDecodeError as e:
+        raise ValueError(f"{path}:{line_number}: invalid UTF-8 at byte {e.start + 1} of the line "
+                         f"({raw[e.start:e.start + 4]!r}...)") from None
+      yield line_number, line.removeprefix(_BOM) if line_number == 1 else line
+
+
+def document_text(doc: Mapping[str, str]) -> str:
+  """A document as BEIR gives it to dense retrievers: `(title + " " + text).strip()`."""
+  return (doc.get("title", "") + " " + doc["text"]).strip()
+
+
+def query_text(query: Mapping[str, str]) -> str:
+  if not query["text"].strip():
+    raise ValueError("empty field 'text'")
+  return query["text"]
+
+
+def search_query_text(query: Mapping[str, str]) -> str:
+  """`query_text`, refusing control characters (NUL ...; tab is allowed): a query is one line
+  of plain text."""
+  text = query_text(query)
+  check_plain_text(text)
+  return text
+
+
+def check_plain_text(text: str) -> None:
+  """Refuses a control character other than tab (Unicode category Cc), naming it and its
+  position."""
+  for position, char in enumerate(text, start=1):
+    if unicodedata.category(char) == "Cc" and char != "\t":
+      raise ValueError(f"control character U+{ord(char):04X} at character {position}: a query "
+                       "is one line of plain text; remove it")
+
+
+def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[str, str]:
+  """{_id: to_text(record)} in file order; every record needs string `_id` and `text`."""
+  texts, first_line = {}, {}
+  for line_number, line in read_lines(path):
+    where = f"{path}:{line_number}"
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
+    if not isinstance(record, dict):
+      raise ValueError(f"{where}: expected a JSON object")
+    for field in ("_id", "text") + (("title",) if "title" in record else ()):
+      if not isinstance(record.get(field), str):
+        raise ValueError(f"{where}: field '{field}' is missing or not a string")
+    record_id = record["_id"]
+    if record_id in texts:
+      raise ValueError(f"{where}: duplicate _id '{record_id}' (first on line "
+                       f"{first_line[record_id]})")
+    try:
+      texts[record_id] = to_text(record)
+    except ValueError as e:
+      raise ValueError(f"{where}: {e}") from None
+    first_line[record_id] = line_number
+  return texts
+
+
+def read_queries(path: str) -> dict[str, str]:
+  """{query id: text} from a .jsonl or .tsv file, or text lines (a file or - for stdin).
+
+  Raises:
+    ValueError: naming the file and line of a malformed query or of a control character in
+      one (`check_plain_text`), or if there is no query.
+  """
+  if path.endswith(".jsonl"):
+    return _nonempty(read_jsonl(path, search_query_text), path)
+  queries = {}
+  for line_number, line in read_lines(path):
+    where = f"{'<stdin>' if path == '-' else path}:{line_number}"
+    query_id, text = _tsv_query(line, where) if path.endswith(".tsv") else (str(line_number), line)
+    if query_id in queries:
+      raise ValueError(f"{where}: duplicate query id {query_id!r}")
+    try:
+      check_plain_text(text)
+    except ValueError as e:
+      raise ValueError(f"{where}: {e}") from None
+    if text.strip():
+      queries[query_id] = text
+  return _nonempty(queries, path)
+
+
+def _tsv_query(line: str, where: str) -> tuple[str, str]:
+  """(id, text) of an `id<TAB>text` line."""
+  fields = line.split("\t")
+  if len(fields) != 2 or not fields[1].strip():
+    raise ValueError(f"{where}: expected `id<TAB>text`, got {line!r}")
+  return fields[0], fields[1]
+
+
+def _nonempty(queries: dict[str, str], path: str) -> dict[str, str]:
+  """`queries`, refused if there is none."""
+  if not queries:
+    raise ValueError(f"{'stdin' if path == '-' else path} holds no query (it is empty or blank).")
+  return queries
+
+
+def read_qrels(path: str, queries: Mapping[str, str],
+               corpus: Mapping[str, str]) -> dict[str, dict[str, int]]:
+  """{query-id: {corpus-id: score}} as BEIR reads it (a repeated pair keeps its last score)."""
+  qrels = {}
+  lines = read_lines(path)
+  header = next(lines, (1, ""))[1].split("\t")
+  if header != QRELS_HEADER:
+    raise ValueError(f"{path}:1: expected the header {chr(9).join(QRELS_HEADER)!r}, "
+                     f"got {chr(9).join(header)!r}")
+  for line_number, line in lines:
+    where = f"{path}:{line_number}"
+    fields = line.split("\t")
+    if len(fields) != 3:
+      raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
+                       f"score), got {len(fields)}")
+    query_id, doc_id, score = fields
+    if query_id not in queries:
+      raise ValueError(f"{where}: query-id '{query_id}' is not in queries.jsonl")
+    if doc_id not in corpus:
+      raise ValueError(f"{where}: corpus-id '{doc_id}' is not in corpus.jsonl")
+    try:
+      qrels.setdefault(query_id, {})[doc_id] = int(score)
+    except ValueError:
+      raise ValueError(f"{where}: score {score!r} is not an integer") from None
+  return qrels
+
+
+def carve_dev_split(data_dir: str, out_dir: str, split: str = "train", fraction: float = 0.2,
+                    seed: int = 0) -> None:
+  """Writes a BEIR dir whose qrels/train.tsv and qrels/dev.tsv split `split`'s queries.
+
+  A seeded `fraction` of the queries of `data_dir`'s qrels/{split}.tsv (all their rows) go to
+  dev, the rest to train, so that a recipe can be tuned without touching the test split.
+  corpus.jsonl and queries.jsonl are linked, not copied.
+  """
+  source = resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
+  header, *rows = [line for _, line in read_lines(source)]
+  query_ids = sorted({row.split("\t")[0] for row in rows})
+  rng = random.Random(seed)
+  dev = set(rng.sample(query_ids, round(fraction * len(query_ids))))
+  os.makedirs(os.path.join(out_dir, "qrels"), exist_ok=True)
+  for name in ("corpus.jsonl", "queries.jsonl"):
+    path = resolve(data_dir, name)
+    link = os.path.join(out_dir, os.path.basename(path))
+    if not os.path.exists(link):
+      os.symlink(os.path.abspath(path), link)
+  for name, keep in (("train", lambda q: q not in dev), ("dev", lambda q: q in dev)):
+    lines = [header, *(row for row in rows if keep(row.split("\t")[0]))]
+    with open(os.path.join(out_dir, "qrels", f"{name}.tsv"), "w", encoding="utf-8") as f:
+      f.write("\n".join(lines) + "\n")
+
+
+def read_split(data_dir: str,
+               split: str) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]], str]:
+  """(corpus {id: document_text}, queries {id: text}, qrels {query id: {doc id: score}}, the
+  qrels path) of `data_dir`'s corpus, queries and qrels/{split}.tsv, each validated."""
+  corpus = read_jsonl(resolve(data_dir, "corpus.jsonl"), document_text)
+  queries = read_jsonl(resolve(data_dir, "queries.jsonl"), query_text)
+  qrels_path = resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
+  return corpus, queries, read_qrels(qrels_path, queries, corpus), qrels_path

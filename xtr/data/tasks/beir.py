@@ -1,0 +1,225 @@
+"""BEIR-layout training pairs: (query, positive) from `qrels/{split}.tsv` plus a sampled negative
+(`uniform_negative` from the corpus, or `bm25_negative`, a BM25 hard negative).
+
+`data_dir` holds corpus.jsonl ({"_id", "title", "text"}), queries.jsonl ({"_id", "text"}) and
+qrels/{split}.tsv (header `query-id<TAB>corpus-id<TAB>score`; score > 0 marks a positive), each
+possibly gzipped (`corpus.jsonl.gz`). The files are small enough to validate in Python; the
+pairs then become tensors.
+"""
+from collections.abc import Callable
+from collections.abc import Mapping
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import tempfile
+
+from absl import logging
+import gin
+import numpy as np
+import seqio
+import tensorflow as tf
+
+from xtr.data import beir_files
+from xtr.data import bm25
+
+
+@dataclasses.dataclass(frozen=True)
+class BeirPairs:
+  """The (query, positive document) pairs of one qrels split.
+
+  Attributes:
+    queries: text of each query that has a positive, by query index.
+    docs: `document_text` of every corpus document, by corpus index (corpus.jsonl order).
+    pairs: [P, 2] int64 (query index, corpus index) of each positive, in qrels order.
+  """
+  queries: tuple[str, ...]
+  docs: tuple[str, ...]
+  pairs: np.ndarray
+
+
+@gin.configurable
+def load_pairs(data_dir: str = gin.REQUIRED, split: str = "train") -> BeirPairs:
+  """Reads and validates `data_dir` (cached: the source and `to_triples` both need it).
+
+  `beir_pairs` reads the gin-bound `data_dir`; each task of `tasks.register_tasks.beir_tasks`
+  passes its own (the qrels `split` is shared).
+
+  Raises:
+    ValueError: naming the file, line and field of the first malformed or inconsistent row.
+  """
+  return _load_pairs(os.fspath(data_dir), split)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_pairs(data_dir: str, split: str) -> BeirPairs:
+  corpus, queries, qrels, qrels_path = beir_files.read_split(data_dir, split)
+  doc_index = {doc_id: i for i, doc_id in enumerate(corpus)}
+  query_ids = [query_id for query_id, docs in qrels.items() if any(s > 0 for s in docs.values())]
+  if not query_ids:
+    raise ValueError(f"{qrels_path}: no row has score > 0")
+  pairs = [(q, doc_index[doc_id])
+           for q, query_id in enumerate(query_ids)
+           for doc_id, score in qrels[query_id].items()
+           if score > 0]
+  return BeirPairs(queries=tuple(queries[query_id] for query_id in query_ids),
+                   docs=tuple(corpus.values()), pairs=np.array(pairs, np.int64))
+
+
+def pairs_dataset(split: str, shuffle_files: bool, seed: int | None = None,
+                  data_dir: str | None = None) -> tf.data.Dataset:
+  """seqio dataset_fn: {"query_index", "positive_index"} ([] int64) of `load_pairs(data_dir)`
+  (None: the gin-bound data_dir), in order.
+
+  `load_pairs.split` picks the qrels; the seqio split is always "train", and the pairs are
+  shuffled (and their negatives drawn) downstream.
+  """
+  del split, shuffle_files, seed
+  pairs = _pairs(data_dir).pairs
+  return tf.data.Dataset.from_tensor_slices({
+      "query_index": pairs[:, 0],
+      "positive_index": pairs[:, 1]
+  })
+
+
+# Draws a negative for a query: (query_index [] int64, seed [2] int64 stateless seed) -> corpus
+# index [] int64 that is not one of the query's positives. A NegativeSampler prepares one for
+# the pairs (once, in numpy); the draw itself runs in TF inside tf.data.
+Sample = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+NegativeSampler = Callable[[BeirPairs], Sample]
+
+
+def _pairs(data_dir: str | None) -> BeirPairs:
+  return load_pairs() if data_dir is None else load_pairs(data_dir)
+
+
+def uniform_negative(data: BeirPairs) -> Sample:
+  """Draws a corpus document uniformly from those that are not positives of the query.
+
+  Draws r in [0, N - k) for the query's k positives p_0 < ... < p_{k-1}; the r-th non-positive
+  is r + #{i : p_i - i <= r} (p_i - i counts the non-positives before p_i).
+  """
+  by_query = data.pairs[np.lexsort((data.pairs[:, 1], data.pairs[:, 0]))]
+  starts = np.searchsorted(by_query[:, 0], np.arange(len(data.queries) + 1))
+  if np.diff(starts).max() >= len(data.docs):
+    raise ValueError("A query has every corpus document as a positive: no negative to sample.")
+
+  def sample(query_index: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    start, end = tf.gather(starts, query_index), tf.gather(starts, query_index + 1)
+    positives = tf.constant(by_query[:, 1])[start:end]
+    r = tf.random.stateless_uniform([], seed, minval=0, maxval=len(data.docs) - (end - start),
+                                    dtype=tf.int64)
+    below = positives - tf.range(end - start) <= r
+    return r + tf.reduce_sum(tf.cast(below, tf.int64))
+
+  return sample
+
+
+@gin.configurable
+def bm25_negative(data: BeirPairs, depth: int = 100, cache_dir: str = "~/.cache/xtr/bm25",
+                  without_candidates: str = "uniform") -> Sample:
+  """Draws a BM25 hard negative uniformly from the query's top-`depth` BM25 documents
+  (`bm25_top_docs`, mined once and cached in `cache_dir`) that are neither positives of the query
+  nor unmatched (score 0).
+
+  A query may have no such document (NFCorpus has queries whose top 100 are all positives):
+  without_candidates="uniform" draws its negatives as `uniform_negative` does (logging how many
+  queries do); "error" refuses.
+
+  Raises:
+    ValueError: with "error", naming a query that has no such document (raise `depth`).
+  """
+  if without_candidates not in ("uniform", "error"):
+    raise ValueError(f"bm25_negative.without_candidates={without_candidates!r}: expected "
+                     "'uniform' or 'error'.")
+  top = bm25_top_docs(data, depth, cache_dir)
+  num_docs = len(data.docs)
+  pair_keys = data.pairs[:, 0] * num_docs + data.pairs[:, 1]  # (query, doc) -> one int64
+  is_positive = np.isin(np.arange(len(data.queries))[:, None] * num_docs + top, pair_keys)
+  candidate = (top >= 0) & ~is_positive
+  counts = candidate.sum(axis=1)
+  if counts.min() == 0:
+    query = data.queries[int(np.argmin(counts))]
+    if without_candidates == "error":
+      raise ValueError(f"Query {query!r}: its top-{depth} BM25 documents are all positives or "
+                       "unmatched; no negative to sample.")
+    logging.warning(
+        "%d of %d queries (e.g. %r) have no BM25 negative in their top %d: their "
+        "negatives are uniform.", np.sum(counts == 0), len(counts), query, depth)
+  starts = np.concatenate([[0], np.cumsum(counts)])
+  candidates = top[candidate]
+  uniform = uniform_negative(data)
+
+  def sample(query_index: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    count = tf.gather(counts, query_index)
+    r = tf.random.stateless_uniform([], seed, minval=0, maxval=tf.maximum(count, 1), dtype=tf.int64)
+    return tf.cond(count > 0, lambda: tf.gather(candidates,
+                                                tf.gather(starts, query_index) + r),
+                   lambda: uniform(query_index, seed))
+
+  return sample
+
+
+def bm25_top_docs(data: BeirPairs, depth: int, cache_dir: str) -> np.ndarray:
+  """[Q, min(depth, N)] int64: each query's best BM25 documents (`xtr.data.bm25.Bm25` with its
+  defaults) by corpus index, best first, -1 where a document matches no query token.
+
+  Mined once, then read from `cache_dir/<key>.npy`; the key hashes the queries, the documents,
+  `depth` and the BM25 settings, so changed data are mined afresh.
+  """
+  settings = {
+      "bm25s": importlib.metadata.version("bm25s"),
+      "k1": bm25.K1,
+      "b": bm25.B,
+      "depth": depth
+  }
+  key = hashlib.sha256(json.dumps([settings, data.queries, data.docs]).encode()).hexdigest()
+  cache_dir = os.path.expanduser(cache_dir)
+  path = os.path.join(cache_dir, f"{key}.npy")
+  if os.path.exists(path):
+    return np.load(path)
+  top = _mine_bm25(data, depth)
+  os.makedirs(cache_dir, exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=cache_dir, suffix=".tmp", delete=False) as f:
+    try:
+      np.save(f, top)
+      f.flush()
+      os.fsync(f.fileno())
+    except BaseException:
+      os.remove(f.name)
+      raise
+  os.replace(f.name, path)  # atomic: readers see no file or a complete one
+  return top
+
+
+def _mine_bm25(data: BeirPairs, depth: int) -> np.ndarray:
+  index = bm25.Bm25([str(i) for i in range(len(data.docs))], data.docs)
+  top, scores = index.top_k(data.queries, depth)
+  return np.where(scores > 0, top, -1)
+
+
+@gin.configurable
+def to_triples(dataset: tf.data.Dataset, negative_sampler: NegativeSampler = uniform_negative,
+               data_dir: str | None = None) -> tf.data.Dataset:
+  """seqio preprocessor: pair indices of `pairs_dataset(data_dir=data_dir)` -> {"query",
+  "positive", "negative"} ([] string each).
+
+  The negative is drawn afresh for every example of every epoch, from seqio's per-example seeds
+  (deterministic for the task's seed).
+  """
+  data = _pairs(data_dir)
+  queries, docs = tf.constant(data.queries), tf.constant(data.docs)
+  sample_negative = negative_sampler(data)
+
+  @seqio.map_over_dataset(num_seeds=1)
+  def triple(example: Mapping[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
+    negative = sample_negative(example["query_index"], seed)
+    return {
+        "query": tf.gather(queries, example["query_index"]),
+        "positive": tf.gather(docs, example["positive_index"]),
+        "negative": tf.gather(docs, negative)
+    }
+
+  return triple(dataset)

@@ -1,0 +1,183 @@
+"""Inference-time encoding: texts -> L2-normalized token vectors with a trained XTREncoder.
+
+Parameters come from an `xtr-train` checkpoint (a model directory or one of its step
+directories) or from a directory of the released XTR weights (`xtr.models.released`); the encoder's
+`fingerprint` (a hash of the parameters) ties an index to the exact weights that built it.
+"""
+import hashlib
+from typing import Any
+from typing import Sequence
+
+from etils import epath
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from xtr import typecheck
+from xtr.models import released
+from xtr.models import xtr_encoder
+from xtr.text import tokenization
+
+
+def latest_step_dir(checkpoint: str) -> epath.Path:
+  """A model dir (with checkpoints/) or a step dir -> the (absolute) step dir to load."""
+  path = epath.Path(checkpoint)
+  path = path if path.is_absolute() else path.absolute()  # Orbax needs absolute paths.
+  if (path / "state").exists():
+    return path
+  steps = [p for p in (path / "checkpoints").glob("*") if p.name.isdigit()]
+  if not steps:
+    raise FileNotFoundError(f"No complete xtr-train checkpoint under {path}, nor released XTR "
+                            f"weights ({', '.join(released.FILES)}).")
+  return max(steps, key=lambda p: int(p.name))
+
+
+def load_params(checkpoint: str) -> Any:
+  """The model parameters saved by `xtr-train` (optimizer state is not loaded), restored onto
+  the first device (no host copy: a search process holds them once), or those of a released
+  XTR directory (`released.FILES`), put there.
+
+  Raises:
+    ValueError: naming the checkpoint and the first parameter that holds NaN or infinity.
+  """
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  if released.is_released(checkpoint):
+    params = jax.device_put(released.load_params(checkpoint), device)
+  else:
+    params = _restore(latest_step_dir(checkpoint) / "state", device)
+  check_finite(params, checkpoint)
+  return params
+
+
+def _restore(state_dir: epath.Path, device: jax.sharding.Sharding) -> Any:
+  """The params of an xtr-train checkpoint's state directory, restored onto `device`."""
+  # Imported on first use (~0.3 s): --help and the importers of this module don't pay for it.
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
+  abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          metadata["params"])
+  restored = ocp.PyTreeCheckpointer().restore(
+      state_dir, args=ocp.args.PyTreeRestore(
+          item={"params": abstract}, restore_args={
+              "params": jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), abstract)
+          }, partial_restore=True))
+  return restored["params"]
+
+
+def check_finite(params: Any, checkpoint: str) -> None:
+  """Refuses parameters with a NaN or infinite value (a damaged checkpoint or a diverged run),
+  naming the checkpoint and the parameter, before they encode anything."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    if not bool(jnp.all(jnp.isfinite(leaf))):
+      raise ValueError(f"The checkpoint {checkpoint} is damaged or diverged: its parameter "
+                       f"{jax.tree_util.keystr(path)} holds NaN or infinite values. Use "
+                       "another checkpoint (an earlier step of the run).")
+
+
+def fingerprint(params: Any) -> str:
+  """A short sha256 of every parameter's path, dtype, shape and bytes."""
+  digest = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    leaf = np.asarray(leaf)
+    digest.update(f"{jax.tree_util.keystr(path)}:{leaf.dtype}:{leaf.shape}".encode())
+    digest.update(np.ascontiguousarray(leaf).tobytes())
+  return digest.hexdigest()[:16]
+
+
+@gin.configurable
+class Encoder:
+  """Encodes texts into token vectors in batches of at most `batch_size` rows, each padded to a
+  power of two (1, 2, 4, ..., batch_size): one compilation per (rows, length) bucket, and a lone
+  query runs one row, not batch_size. Texts are tokenized in Python (`xtr.text.tokenization`)."""
+
+  def __init__(self, params: Any, model: nn.Module = gin.REQUIRED, vocabulary: Any = gin.REQUIRED,
+               query_max_length: int = 32, doc_max_length: int = 256, batch_size: int = 32):
+    """params: the model's, its backbone's layers in either layout (`xtr_encoder.in_layout`).
+    vocabulary: the model's training vocabulary or its `tokenization` tokenizer.
+
+    Raises:
+      ValueError: naming a length or batch size (a gin binding) that is not a positive integer.
+    """
+    for name, value in (("query_max_length", query_max_length), ("doc_max_length", doc_max_length),
+                        ("batch_size", batch_size)):
+      if not typecheck.matches(value, int) or value < 1:
+        raise ValueError(f"xtr.models.encoding.Encoder.{name} = {value!r}: expected a positive "
+                         "integer; check its gin binding.")
+    # Host arrays would be copied at every call.
+    self.params = jax.device_put(xtr_encoder.in_layout(model, params))
+    self.model = model
+    self.tokenizer = tokenization.of(vocabulary)
+    self.query_max_length = query_max_length
+    self.doc_max_length = doc_max_length
+    self.batch_size = batch_size
+    self.fingerprint = fingerprint(self.params)
+    self._apply = jax.jit(lambda p, ids, role: model.apply({"params": p}, ids, role=role),
+                          static_argnums=2)
+    self.dim = jax.eval_shape(self._apply, self.params, jnp.ones((1, 1), jnp.int32),
+                              "query")[0].shape[-1]
+
+  @property
+  def has_salience(self) -> bool:
+    """Whether the model has ALIGNER's salience heads (`xtr_encoder.XTREncoder.salience`)."""
+    return getattr(self.model, "salience", None) is not None
+
+  def tokenize(self, texts: Sequence[str], max_length: int) -> np.ndarray:
+    """texts -> token ids [N, max_length] int32, padded with 0 (what `encode_ids` takes)."""
+    return tokenization.encode_batch(self.tokenizer, texts, max_length)
+
+  def encode(self, texts: Sequence[str], max_length: int, role: str = "document",
+             progress: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """texts -> `encode_ids` of their `tokenize(texts, max_length)`."""
+    return self.encode_ids(self.tokenize(texts, max_length), role, progress)
+
+  def encode_ids(self, token_ids: np.ndarray, role: str = "document",
+                 progress: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """token ids [N, L] -> (vectors [N, L, D] float32, mask [N, L] bool, salience).
+
+    Args:
+      role: "query" or "document": which salience head scores the tokens.
+      progress: a label for a progress bar (None: no bar).
+
+    Returns:
+      salience: [N, L] float32 u of each token (0 on padding), or None if the model has no
+        salience heads.
+    """
+    num_texts, max_length = token_ids.shape
+    vectors = np.zeros((num_texts, max_length, self.dim), np.float32)
+    mask = np.zeros((num_texts, max_length), bool)
+    salience = np.zeros((num_texts, max_length), np.float32) if self.has_salience else None
+    starts = range(0, num_texts, self.batch_size)
+    for start in tqdm.tqdm(starts, desc=progress, unit="batch", disable=progress is None):
+      ids = token_ids[start:start + self.batch_size]
+      padded = np.zeros((min(self.batch_size, 1 << (len(ids) - 1).bit_length()), max_length),
+                        np.int32)
+      padded[:len(ids)] = ids
+      batch_vectors, batch_mask, batch_salience = jax.device_get(
+          self._apply(self.params, jnp.asarray(padded), role))
+      vectors[start:start + len(ids)] = batch_vectors[:len(ids)]
+      mask[start:start + len(ids)] = batch_mask[:len(ids)]
+      if salience is not None:
+        salience[start:start + len(ids)] = batch_salience[:len(ids)]
+    return vectors, mask, salience
+
+  def unknown_only(self, token_ids: np.ndarray) -> list[int]:
+    """Indices of the rows of `token_ids` [N, L] (`tokenize`) whose tokens are all unknown to
+    the vocabulary (or that hold none at all)."""
+    return np.flatnonzero(tokenization.unknown_only(self.tokenizer, token_ids)).tolist()
+
+  def encode_queries(self,
+                     texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """texts -> ([N, n, D], [N, n], salience [N, n] or None), n = query_max_length."""
+    return self.encode(texts, self.query_max_length, "query")
+
+  def encode_documents(
+      self, texts: Sequence[str],
+      progress: str | None = None) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """texts -> (each document's valid token vectors [len_i, D] (padding dropped), their
+    saliences [len_i] or None)."""
+    vectors, mask, salience = self.encode(texts, self.doc_max_length, "document", progress)
+    return ([v[m] for v, m in zip(vectors, mask)],
+            None if salience is None else [u[m] for u, m in zip(salience, mask)])

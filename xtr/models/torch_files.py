@@ -1,0 +1,53 @@
+"""The released XTR's torch files (pytorch_model.bin, a pickle) -> safetensors, once.
+
+xtr reads safetensors only (`xtr.models.released`). torch, an optional extra (`pip install -e
+.[convert]`), is imported here only, when a file is converted, and loads with
+weights_only=True: tensors and containers only, no code. Kept apart from the CLI module
+(`xtr.cli.convert_checkpoint`) so that importing it defines no command-line flags.
+"""
+import os
+
+import numpy as np
+import safetensors.numpy
+
+from xtr import io
+from xtr.models import released
+
+
+def _import_torch():
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise ImportError("xtr-convert-checkpoint needs torch: pip install -e .[convert]") from None
+  return torch
+
+
+def _tensors(torch_file: str) -> dict[str, np.ndarray]:
+  """{name: float32 array} of the state dict in `torch_file`, loaded with weights_only=True."""
+  torch = _import_torch()
+  try:
+    state = torch.load(torch_file, map_location="cpu", weights_only=True)
+  except Exception as e:  # pylint: disable=broad-except  # torch raises by cause, no one type.
+    raise ValueError(f"{torch_file} is not a state dict that torch loads with weights_only=True: "
+                     f"{e}") from None
+  if not isinstance(state, dict) or not all(
+      isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+    raise ValueError(f"{torch_file} must hold a state dict ({{name: tensor}}).")
+  return {
+      name: value.detach().to(torch.float32).contiguous().numpy() for name, value in state.items()
+  }
+
+
+def convert(directory: str) -> list[str]:
+  """Writes model.safetensors (float32) beside each pytorch_model.bin of `directory` and its
+  2_Dense that lacks one, atomically; returns the files written."""
+  written = []
+  for folder in (directory, os.path.join(directory, "2_Dense")):
+    torch_file = os.path.join(folder, released.TORCH_FILE)
+    out = os.path.join(folder, "model.safetensors")
+    if os.path.exists(torch_file) and not os.path.exists(out):
+      tensors = _tensors(torch_file)
+      with io.atomic_open(out, "wb") as f:
+        f.write(safetensors.numpy.save(tensors))
+      written.append(out)
+  return written

@@ -1,0 +1,69 @@
+"""The Python API of search: an index and its checkpoint, opened once, answering queries.
+
+  import xtr
+  searcher = xtr.Searcher("runs/demo/index", "runs/demo")
+  for ranking in searcher.search(["what causes scurvy"], top_k=10):
+    for doc_id, score in ranking:
+      ...
+
+`search` takes `ranker.SearchConfig`'s fields as keywords (top_k, k_prime, scoring, impute,
+searcher, alignment, prune_query) and returns what `xtr-search` writes: per query, its top_k
+(doc id, score) pairs by decreasing score.
+"""
+from typing import Sequence
+
+from xtr.index import reader
+from xtr.models import encoding
+from xtr.models import model_spec
+from xtr.retrieval import ranker
+from xtr.scoring import alignment as alignment_lib
+
+Ranking = list[tuple[str, float]]
+
+
+def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
+                    vocabulary: str | None = None) -> tuple[encoding.Encoder, reader.TokenIndex]:
+  """The token index at `index_path` and the query encoder of `checkpoint`.
+
+  The model, vocabulary and lengths come from the index's manifest, as data (nothing stored in
+  the index is executed), the vocabulary file from the index's copy of it. Refuses a checkpoint
+  or token dim that differs from the index's.
+
+  Args:
+    verify: the index's checks before first use (`xtr.index.verify.MODES`).
+    vocabulary: the vocabulary file to use instead of the index's copy (an index exported
+      before xtr kept one); its sha256 must be the recorded one.
+  """
+  token_index = reader.open_index(index_path, verify)
+  # ScaNN holds its codes twice while it loads: before the parameters, that peak adds to less.
+  token_index.load_scann()
+  params = encoding.load_params(checkpoint)
+  encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
+                               params, checkpoint, vocabulary or token_index.vocabulary_file())
+  reader.check_compatible(token_index.manifest, encoder.dim, encoder.fingerprint)
+  return encoder, token_index
+
+
+class Searcher:
+  """An opened index and query encoder (see the module docstring)."""
+
+  def __init__(self, index_dir: str, checkpoint: str, *, verify: str = "fast",
+               vocabulary: str | None = None):
+    self.encoder, self.index = open_for_search(index_dir, checkpoint, verify, vocabulary)
+
+  def search(self, queries: Sequence[str], *, top_k: int = 100, k_prime: int = 1000,
+             alignment: str | alignment_lib.Alignment = alignment_lib.Alignment(),
+             **config) -> list[Ranking]:
+    """Each query's top_k (doc id, score) pairs, by decreasing score.
+
+    Args:
+      queries: query texts (a list, not a single string).
+      alignment: ALIGNER's alignment (scoring="aligner"), e.g. "top_k:1" or "top_p:0.015".
+      **config: the other fields of `ranker.SearchConfig`.
+    """
+    if isinstance(queries, str):
+      raise TypeError("queries must be a sequence of texts, not one string: pass [query].")
+    if isinstance(alignment, str):
+      alignment = alignment_lib.Alignment.parse(alignment)
+    config = ranker.SearchConfig(top_k=top_k, k_prime=k_prime, alignment=alignment, **config)
+    return ranker.search(self.encoder, self.index, list(queries), config).rankings

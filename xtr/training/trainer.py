@@ -1,0 +1,401 @@
+"""A t5x-style trainer for XTR, T5-ColBERT and ALIGNER: sharded init, a jitted train step, the loop.
+
+Data flows one way: batches of token ids -> token vectors and saliences (the model, at once or
+in micro-batches: `grad_cache`) -> in-batch scores (`f_xtr`, `f_colbert` or ALIGNER's sparse
+alignment of every query against every document of the *global* batch: `objective`) ->
+cross-entropy. The train step is jitted over
+global arrays sharded on the `data` mesh axis; each host feeds the rows its devices hold
+(`partitioning.data_layout`).
+"""
+import contextlib
+import dataclasses
+import functools
+import os
+import time
+from typing import Any
+from typing import Callable
+
+from clu import metric_writers
+from etils import epath
+import flax
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
+import numpy as np
+import optax
+
+from xtr import io
+from xtr import typecheck
+from xtr.data import pipeline
+from xtr.training import checkpoints
+from xtr.training import grad_cache
+from xtr.training import initialization as initialization_lib
+from xtr.training import objective as objective_lib
+from xtr.training import optimizers
+from xtr.training import partitioning
+from xtr.training import throughput
+
+TRAIN_LOCK = "train.lock"  # model_dir/train.lock: flock-ed while a run trains into model_dir.
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+def encoder(model: nn.Module) -> grad_cache.Encode:
+  """`encode(params, token ids [N, L], dropout rng, role) -> (vectors [N, L, D], mask [N, L],
+  salience [N, L] or None)`; a None rng encodes deterministically (no dropout)."""
+
+  def encode(params, tokens, rng, role):
+    return model.apply({"params": params}, tokens, deterministic=rng is None, role=role,
+                       rngs=None if rng is None else {"dropout": rng})
+
+  return encode
+
+
+def loss_and_grads(params: Any, batch: dict[str, jax.Array], model: nn.Module,
+                   objective: objective_lib.Objective, mesh: Mesh,
+                   micro_batch_size: int | None = None,
+                   dropout_rngs: tuple[jax.Array, jax.Array] | None = None,
+                   teacher_params: Any = None):
+  """((loss, metrics), parameter gradients) of the in-batch loss of the global batch.
+
+  Args:
+    batch: `query_tokens` [B, Lq] and `doc_tokens` [B, K, Ld]; document 0 of a row is the
+      positive of that row's query, K = 1 + negatives, so C = B·K documents in all.
+    micro_batch_size: None encodes the batch at once; otherwise in micro-batches of that many
+      queries (`grad_cache`), and the loss scores the same number of queries at a time.
+    dropout_rngs: keys of the query and of the document encodings (None: no dropout).
+    teacher_params: backbone parameters of `objective.distillation`'s teacher: the model's
+      backbone without projection (its raw token vectors), no dropout, no gradient.
+  """
+  encode = encoder(model)
+  doc_tokens = batch["doc_tokens"].reshape(-1, batch["doc_tokens"].shape[-1])  # [C, Ld]
+  query_chunk = None if micro_batch_size is None else (micro_batch_size //
+                                                       mesh.shape[partitioning.DATA_AXIS])
+  teacher = None
+  if teacher_params is not None:
+    encode_teacher = functools.partial(encoder(model.clone(embed_dim=None, salience=None)),
+                                       {"backbone": teacher_params}, rng=None)
+    teacher = jax.lax.stop_gradient(
+        (encode_teacher(tokens=batch["query_tokens"],
+                        role="query"), encode_teacher(tokens=doc_tokens, role="document")))
+  loss = lambda queries, docs: objective_lib.loss_and_metrics(objective, queries, docs, doc_tokens,
+                                                              mesh, query_chunk, teacher)
+  if micro_batch_size is not None:
+    return grad_cache.value_and_grad(encode, loss, params, batch, micro_batch_size, mesh,
+                                     dropout_rngs)
+
+  def loss_of_params(params):
+    rngs = (None, None) if dropout_rngs is None else dropout_rngs
+    return loss(encode(params, batch["query_tokens"], rngs[0], "query"),
+                encode(params, doc_tokens, rngs[1], "document"))
+
+  return jax.value_and_grad(loss_of_params, has_aux=True)(params)
+
+
+def abstract_state(model: nn.Module, optimizer: optax.GradientTransformation,
+                   mesh: Mesh) -> TrainState:
+  """The TrainState as `jax.ShapeDtypeStruct`s carrying their shardings (nothing allocated).
+
+  Parameters are sharded by their logical axis rules; the optimizer state like its parameters
+  (`partitioning.opt_state_shardings`); the step is replicated.
+  """
+  init = functools.partial(_init_params, model)
+  boxed = jax.eval_shape(init, jax.random.key(0))
+  with_sharding = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+  param_shardings = partitioning.param_shardings(boxed, mesh)
+  params = jax.tree.map(with_sharding,
+                        jax.eval_shape(lambda r: nn.meta.unbox(init(r)), jax.random.key(0)),
+                        param_shardings)
+  opt_state = jax.eval_shape(optimizer.init, params)
+  opt_shardings = partitioning.opt_state_shardings(opt_state, params, param_shardings, mesh)
+  step = jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec()))
+  return TrainState(step=step, params=params, opt_state=jax.tree.map(with_sharding, opt_state,
+                                                                     opt_shardings))
+
+
+def init_state(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
+               rng: jax.Array, pretrained: dict[str, Any] | None = None):
+  """Initializes a sharded TrainState; returns (state, its shardings).
+
+  Parameters are created directly in their shardings (logical axis rules); each entry of
+  `pretrained` (e.g. {"backbone": tree, "projection": {"kernel": [H, D]}}) replaces the
+  parameter subtree of that name.
+  """
+  shardings = jax.tree.map(lambda x: x.sharding, abstract_state(model, optimizer, mesh))
+  params = jax.jit(lambda r: nn.meta.unbox(_init_params(model, r)),
+                   out_shardings=shardings.params)(rng)
+  params = dict(params)
+  for name, subtree in (pretrained or {}).items():
+    params[name] = jax.device_put(_checked_like(name, subtree, params[name]),
+                                  shardings.params[name])
+  opt_state = jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params)
+  state = TrainState(step=jax.device_put(jnp.zeros((), jnp.int32), shardings.step), params=params,
+                     opt_state=opt_state)
+  return state, shardings
+
+
+def _init_params(model: nn.Module, rng: jax.Array) -> Any:
+  """The model's (boxed) parameters."""
+  return model.init(rng, jnp.ones((1, 8), jnp.int32))["params"]
+
+
+def _checked_like(name: str, loaded: Any, reference: Any) -> Any:
+  """Checks that a loaded parameter tree has the structure and shapes of `reference`."""
+  if jax.tree.structure(loaded) != jax.tree.structure(reference):
+    raise ValueError(f"The pretrained {name!r} parameter tree does not match the model's: "
+                     f"{jax.tree.structure(loaded)} vs {jax.tree.structure(reference)}.")
+  flat = jax.tree_util.tree_flatten_with_path(loaded)[0]
+  for (path, x), ref in zip(flat, jax.tree.leaves(reference)):
+    if x.shape != ref.shape:
+      raise ValueError(f"Pretrained parameter {name}{jax.tree_util.keystr(path)} has shape "
+                       f"{x.shape}; the model expects {ref.shape}.")
+  return loaded
+
+
+def dropout_rngs(dropout_seed: int, step: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The dropout keys of a step: one for the query encodings, one for the documents'."""
+  return tuple(jax.random.split(jax.random.fold_in(jax.random.key(dropout_seed), step)))
+
+
+def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
+                    shardings: TrainState, objective: objective_lib.Objective,
+                    micro_batch_size: int | None = None, dropout_seed: int = 0,
+                    with_teacher: bool = False):
+  """Returns the jitted `train_step(state, batch, teacher_params) -> (state, metrics)`;
+  `teacher_params` (the distillation teacher's backbone, laid out like the model's, with
+  `with_teacher`; else None) are an argument of every step."""
+
+  def train_step(state: TrainState, batch: dict[str, jax.Array], teacher_params: Any):
+    (_, metrics), grads = loss_and_grads(state.params, batch, model, objective,
+                                         mesh, micro_batch_size,
+                                         dropout_rngs(dropout_seed, state.step), teacher_params)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics["grad_norm"] = optax.tree.norm(grads)
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  replicated = NamedSharding(mesh, PartitionSpec())
+  teacher_shardings = shardings.params["backbone"] if with_teacher else None
+  return jax.jit(train_step,
+                 in_shardings=(shardings, partitioning.batch_sharding(mesh), teacher_shardings),
+                 out_shardings=(shardings, replicated), donate_argnums=0)
+
+
+@gin.configurable
+def train(
+    model_dir: str = gin.REQUIRED, model: nn.Module = gin.REQUIRED, vocabulary: Any = gin.REQUIRED,
+    dataset: pipeline.DatasetConfig = pipeline.DatasetConfig(), num_steps: int = 50_000,
+    objective: objective_lib.Objective = objective_lib.Objective(),
+    initialization: initialization_lib.Initialization = initialization_lib.Initialization(),
+    micro_batch_size: int | None = None, seed: int = 0, log_every_steps: int = 100,
+    profile_steps: tuple[int, int] | None = None,
+    evaluator: Callable[[int, nn.Module, Any, Any], dict[str, float]] | None = None) -> TrainState:
+  """Trains `model` on `dataset` for `num_steps`, resuming from `model_dir` if possible.
+
+  Args:
+    model_dir: checkpoints (`model_dir/checkpoints`) and TensorBoard events go here; one run
+      at a time (`model_dir/train.lock`: a second run is refused).
+    model: an `xtr.models.xtr_encoder.XTREncoder` (from a gin/models/*.gin file).
+    vocabulary: the model's vocabulary (tokenizes the task's text).
+    dataset: the task, global batch size and lengths (`pipeline.DatasetConfig`, gin:
+      `trainer.train.dataset = @pipeline.DatasetConfig()`).
+    objective: the in-batch loss (`objective.Objective`, gin: `trainer.train.objective =
+      @objective.Objective()`): its scoring ("xtr" trains with f_xtr, top-`k_train` in-batch
+      token retrieval; "colbert" with f_colbert, T5-ColBERT's sum of max; "aligner" with
+      ALIGNER's sparse alignment, weighted by the model's saliences if it has a salience gate),
+      `k_train`, `temperature` (the paper's loss is the plain cross-entropy over f scores in
+      [-1, 1], temperature 1; a smaller one sharpens it), `alignment`, and `distillation`: the
+      weight of a KL term that keeps the in-batch score distribution near the untuned
+      backbone's own (f_colbert over its raw token vectors), which needs a pretrained backbone
+      (a resumed run loads it again).
+    initialization: pretrained backbone, projection init and whether to save the initial
+      parameters (`initialization.Initialization`, gin: `trainer.train.initialization =
+      @initialization.Initialization()`).
+    micro_batch_size: encode each step's batch in micro-batches of this many queries
+      (gradient caching, `xtr.training.grad_cache`): the same step in the memory of a micro-batch,
+      for an extra encoder forward pass. Divides the batch size; divisible by the data axis.
+    seed: seeds the initialization, dropout and the order of the examples.
+    profile_steps: (first, last): write a `jax.profiler` trace of these steps to
+      `model_dir/profile` (TensorBoard's profile plugin reads it).
+    evaluator: called after every step as `evaluator(step, model, params, vocabulary)`; the
+      metrics it returns (none at most steps) are printed and logged to TensorBoard, e.g.
+      `dev_eval.DevEvaluator` (nDCG@10 of a dev split).
+  """
+  typecheck.arguments(train, locals())
+  objective = _for_model(objective, model)
+  distillation = objective.distillation
+  if distillation and initialization.pretrained_backbone is None:
+    raise ValueError(f"objective.Objective.distillation={distillation} needs "
+                     "initialization.Initialization.pretrained_backbone (the teacher).")
+  batch_size = dataset.batch_size
+  # The preemption notice from the start: SIGTERM may come at any time.
+  with _model_dir_lock(model_dir), checkpoints.PreemptionNotice() as preemption:
+    mesh = partitioning.make_mesh()
+    num_data_shards = mesh.shape[partitioning.DATA_AXIS]
+    if batch_size % num_data_shards:
+      raise ValueError(
+          f"pipeline.DatasetConfig.batch_size={batch_size} is not divisible by the data axis "
+          f"({num_data_shards}).")
+    if micro_batch_size is not None and (batch_size % micro_batch_size or
+                                         micro_batch_size % num_data_shards):
+      raise ValueError(f"trainer.train.micro_batch_size={micro_batch_size} must divide batch_size="
+                       f"{batch_size} and be divisible by the data axis ({num_data_shards}).")
+    layout = partitioning.data_layout(mesh)
+    print(
+        f"Mesh {dict(mesh.shape)}: process {jax.process_index()} of {jax.process_count()} feeds "
+        f"block {layout.shard_id} of {layout.num_shards} of every batch "
+        f"({batch_size // layout.num_shards} of {batch_size} queries).", flush=True)
+    batches = pipeline.get_dataset(dataset.task_name, vocabulary, dataset.task_feature_lengths,
+                                   batch_size // layout.num_shards, seed, shard_id=layout.shard_id,
+                                   num_shards=layout.num_shards)
+    iterator = iter(batches)
+    optimizer = optimizers.make_optimizer()
+    first_batches = lambda task: pipeline.get_dataset(task or dataset.task_name, vocabulary, dataset
+                                                      .task_feature_lengths, batch_size, seed
+                                                     ).as_numpy_iterator()
+    checkpointer = checkpoints.Checkpointer(model_dir)
+    # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
+    pretrained = ({} if checkpointer.latest_step() is not None else initialization.pretrained(
+        model, first_batches, mesh))
+    # The distillation teacher: the untuned backbone, loaded again by a resumed run.
+    teacher = (pretrained.get("backbone") or
+               initialization.backbone(model)) if distillation else None
+    with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules()):
+      state, shardings = init_state(model, optimizer, mesh, jax.random.key(seed), pretrained)
+      restored = checkpointer.restore_latest(abstract_state(model, optimizer, mesh), iterator)
+      if restored is not None:
+        state = restored
+        print(f"Resumed from {model_dir} at step {int(state.step)}.", flush=True)
+      teacher_params = (None if teacher is None else jax.device_put(teacher,
+                                                                    shardings.params["backbone"]))
+      step = make_train_step(model, optimizer, mesh, shardings, objective, micro_batch_size, seed,
+                             teacher_params is not None)
+      train_step = lambda state, batch: step(state, batch, teacher_params)
+      initial_dir = epath.Path(model_dir) / checkpoints.INITIAL_PARAMS
+      if initialization.save_initial_params and restored is None and not initial_dir.exists():
+        checkpoints.save_params(initial_dir, state.params)
+      if num_steps == 0 and restored is None:  # The initial (e.g. pretrained) model, to export.
+        checkpointer.maybe_save(0, state, iterator, force=True)
+      cost = _step_cost(model, state.params, batches.element_spec, batch_size)
+      evaluate = None if evaluator is None else (
+          lambda step, params: evaluator(step, model, params, vocabulary))
+      state = _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, model_dir,
+                    num_steps, log_every_steps, cost, profile_steps, evaluate)
+    checkpointer.close()
+    return state
+
+
+def _model_dir_lock(model_dir: str) -> contextlib.AbstractContextManager:
+  """The lock of a local model dir, taken by process 0: a second run training into the same
+  directory is refused while this one lives (`io.Lock`)."""
+  if io.is_remote(model_dir) or jax.process_index() != 0:
+    return contextlib.nullcontext()
+  os.makedirs(model_dir, exist_ok=True)
+  path = os.path.join(model_dir, TRAIN_LOCK)
+  return io.Lock(
+      path, "training", lambda holder:
+      (f"{model_dir} is being trained by another run ({holder}, holding {path}); wait for it to "
+       "finish or train into another model dir."))
+
+
+def _for_model(objective: objective_lib.Objective, model: nn.Module) -> objective_lib.Objective:
+  """`objective` with the l1 of `model`'s salience gate; refuses a gate that the objective's
+  scoring would ignore."""
+  salience = getattr(model, "salience", None)
+  if salience is None:
+    return objective
+  if objective.scoring != "aligner":
+    raise ValueError(f"objective.Objective.scoring={objective.scoring!r} does not use the "
+                     "model's salience gate; train it with scoring='aligner'.")
+  return dataclasses.replace(objective, l1=salience.l1)
+
+
+def _step_cost(model: nn.Module, params: Any, batch_spec: dict[str, Any],
+               batch_size: int) -> throughput.StepCost:
+  """The `throughput.StepCost` of a global batch of `batch_size` queries, shaped as a host's
+  batches (`batch_spec`: query_tokens [b, Lq], doc_tokens [b, K, Ld]) are."""
+  _, length = batch_spec["query_tokens"].shape
+  _, docs_per_query, doc_length = batch_spec["doc_tokens"].shape
+  return throughput.step_cost(model, params, (batch_size, length),
+                              (batch_size * docs_per_query, doc_length))
+
+
+def _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, model_dir, num_steps,
+          log_every_steps, cost, profile_steps, evaluate):
+  """Runs steps until `num_steps` or a preemption notice, logging, evaluating and checkpointing;
+  returns the final state."""
+  writer = metric_writers.SummaryWriter(model_dir) if jax.process_index() == 0 else None
+  start_step = int(state.step)
+  reported = (start_step, time.time())  # The last report's (step, time).
+  peak = throughput.peak_flops(list(mesh.devices.flat))
+  tracing = False
+  for step in range(start_step + 1, num_steps + 1):
+    batch = partitioning.global_batch(jax.tree.map(np.asarray, next(iterator)), mesh, layout)
+    if profile_steps is not None and step == profile_steps[0]:
+      jax.profiler.start_trace(os.path.join(model_dir, "profile"))
+      tracing = True
+    state, metrics = train_step(state, batch)
+    if tracing and step == profile_steps[1]:
+      tracing = _stop_trace(state, model_dir)
+    logged = step % log_every_steps == 0 or step in (start_step + 1, num_steps)
+    if logged:
+      metrics = jax.tree.map(float, jax.device_get(metrics))
+      _report(step, num_steps, reported, metrics, cost, peak, writer)
+      reported = (step, time.time())
+    evaluated = {} if evaluate is None else evaluate(step, state.params)
+    if evaluated:
+      _log_evaluation(step, evaluated, writer)
+      reported = (step, time.time())  # The evaluation's time is not the steps'.
+    preempted = preemption.reached(step)
+    checkpointer.maybe_save(step, state, iterator, force=step == num_steps or preempted,
+                            check_time=logged)
+    if preempted:
+      print(
+          f"Preempted (SIGTERM) after step {step}: saved it; rerun the same command to "
+          "resume.", flush=True)
+      break
+  if tracing:  # The run ended (or was preempted) inside the profiled steps.
+    _stop_trace(state, model_dir)
+  if writer is not None:
+    writer.flush()
+  return state
+
+
+def _stop_trace(state: TrainState, model_dir: str) -> bool:
+  """Stops the profiler trace once the steps so far have run; returns False (not tracing)."""
+  jax.block_until_ready(state)
+  jax.profiler.stop_trace()
+  print(f"Wrote a profiler trace to {os.path.join(model_dir, 'profile')}.", flush=True)
+  return False
+
+
+def _log_evaluation(step: int, metrics: dict[str, float], writer) -> None:
+  print(f"step {step} | " + " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())),
+        flush=True)
+  if writer is not None:
+    writer.write_scalars(step, metrics)
+
+
+def _report(step, num_steps, reported, metrics, cost, peak, writer) -> None:
+  """Prints a progress line and writes the metrics to TensorBoard: the step's metrics, and
+  steps/s, tokens/s and (on a device with a known peak) MFU since the last report (`reported`:
+  its step and time; the first step's include compiling it)."""
+  steps_per_sec = (step - reported[0]) / max(time.time() - reported[1], 1e-9)
+  eta = (num_steps - step) / max(steps_per_sec, 1e-9)
+  rates = cost.rates(steps_per_sec, peak)
+  shown = " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
+  speed = f"{steps_per_sec:.2f} steps/s | {rates['tokens_per_sec']:.0f} tokens/s"
+  if "mfu" in rates:
+    speed += f" | MFU {100 * rates['mfu']:.1f} %"
+  print(f"step {step}/{num_steps} | {shown} | {speed} | eta {eta:.0f}s", flush=True)
+  if writer is not None:
+    writer.write_scalars(step, {**metrics, "steps_per_sec": steps_per_sec, **rates})
