@@ -51,6 +51,7 @@ setuptools.setup(
             "xtr-wise-ft=xtr.cli.wise_ft:console_entry_point",
             "xtr-analyze-alignment=xtr.cli.analyze_alignment:console_entry_point",
             "xtr-convert-checkpoint=xtr.cli.convert_checkpoint:console_entry_point",
+            "xtr-export-model=xtr.cli.export_model:console_entry_point",
         ],
     },
 )

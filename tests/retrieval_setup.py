@@ -45,13 +45,14 @@ def parse_model_file(path, *bindings: str) -> tuple:
 
 
 def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings: str,
-                      edit=lambda params: params) -> None:
-  """Saves an untrained tiny T5 XTR encoder as an xtr-train checkpoint would (its params passed
-  through `edit` first). The model file and `bindings` stay parsed (locked): callers may build
-  an `encoding.Encoder` from them, then clear gin."""
+                      edit=lambda params: params,
+                      model_file: str = "gin/models/t5_1_1_tiny.gin") -> None:
+  """Saves an untrained XTR encoder (by default the tiny T5) as an xtr-train checkpoint would (its
+  params passed through `edit` first). The model file and `bindings` stay parsed (locked):
+  callers may build an `encoding.Encoder` from them, then clear gin."""
   gin.clear_config()
   gin.parse_config_files_and_bindings(
-      [str(REPO / "gin/models/t5_1_1_tiny.gin")],
+      [str(REPO / model_file)],
       [f"T5_SPM_PATH = '{t5_spm_path}'", "_gin_model.model = %MODEL", *bindings])
   model = _gin_model()
   params = nn.meta.unbox(model.init(jax.random.key(seed), np.ones((1, 8), np.int32))["params"])

@@ -1,8 +1,9 @@
-"""Hugging Face safetensors checkpoints -> Flax parameter trees.
+"""Hugging Face safetensors checkpoints <-> Flax parameter trees.
 
 Supported: `T5EncoderModel` / `T5ForConditionalGeneration` (T5, T5 v1.1, mT5 naming) and
 `BertModel` (also the sentence-transformers all-MiniLM-L6-v2 file, whose names have no `bert.`
-prefix). Data flows one way: safetensors file -> {name: np.ndarray} -> nested Flax params.
+prefix). Reading: safetensors file -> {name: np.ndarray} -> nested Flax params; writing (a model
+trained here, `xtr.models.released.write`) is the same table of names read backwards.
 """
 from collections.abc import Callable
 import dataclasses
@@ -232,6 +233,65 @@ def bert_params_from_hf(tensors: dict[str, np.ndarray], config: bert.BertConfig)
       name for name in sorted(tensors) if name.startswith(encoder_prefixes) and name not in known
   ]
   return _convert(tensors, names, bert.BertEncoder(config), unexpected)
+
+
+def t5_config_to_hf(config: t5.T5Config) -> dict:
+  """T5Config -> the HF `config.json` of a `T5EncoderModel` (`t5_config_from_hf` inverted)."""
+  projections = {activations: name for name, activations in _T5_MLP_ACTIVATIONS.items()}
+  if tuple(config.mlp_activations) not in projections:
+    raise ValueError(f"T5Config.mlp_activations={config.mlp_activations} has no Hugging Face "
+                     f"feed_forward_proj (expected one of {sorted(projections)}).")
+  return {
+      "model_type": "t5",
+      "architectures": ["T5EncoderModel"],
+      "vocab_size": config.vocab_size,
+      "d_model": config.emb_dim,
+      "num_heads": config.num_heads,
+      "num_layers": config.num_layers,
+      "d_kv": config.head_dim,
+      "d_ff": config.mlp_dim,
+      "feed_forward_proj": projections[tuple(config.mlp_activations)],
+      "relative_attention_num_buckets": config.relative_attention_num_buckets,
+      "relative_attention_max_distance": config.relative_attention_max_distance,
+      "layer_norm_epsilon": config.layer_norm_epsilon,
+      "is_encoder_decoder": False,
+      "use_cache": False
+  }
+
+
+def bert_config_to_hf(config: bert.BertConfig) -> dict:
+  """BertConfig -> the HF `config.json` of a `BertModel` (`bert_config_from_hf` inverted)."""
+  return {
+      "model_type": "bert",
+      "architectures": ["BertModel"],
+      "vocab_size": config.vocab_size,
+      "hidden_size": config.hidden_size,
+      "num_hidden_layers": config.num_layers,
+      "num_attention_heads": config.num_heads,
+      "intermediate_size": config.intermediate_size,
+      "max_position_embeddings": config.max_position_embeddings,
+      "type_vocab_size": config.type_vocab_size,
+      "layer_norm_eps": config.layer_norm_eps,
+      "hidden_act": "gelu",
+      "position_embedding_type": "absolute"
+  }
+
+
+def backbone_to_hf(params: dict, config: t5.T5Config | bert.BertConfig) -> dict[str, np.ndarray]:
+  """Backbone params of `t5.T5Encoder(config)` or `bert.BertEncoder(config)`, in either layout of
+  the layers -> {HF tensor name: float32 array} (`BertModel` names without the `bert.` prefix);
+  kernels [in, out] become torch Linear weights [out, in]."""
+  names = _t5_hf_names(config) if isinstance(config, t5.T5Config) else _bert_hf_names(config, "")
+  flat = traverse_util.flatten_dict(layer_stack.in_layout(params, scan_layers=False))
+  if set(flat) != set(names):
+    raise ValueError(f"The parameters do not fit {config}: unexpected "
+                     f"{sorted(set(flat) - set(names))}, missing {sorted(set(names) - set(flat))}.")
+  return {
+      name:
+          np.ascontiguousarray(
+              np.asarray(flat[path], np.float32).T if path[-1] ==
+              "kernel" else np.asarray(flat[path], np.float32)) for path, name in names.items()
+  }
 
 
 def load_t5_backbone(path: str, config: t5.T5Config) -> dict:

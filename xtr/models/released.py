@@ -1,29 +1,45 @@
-"""The released XTR weights in the sentence-transformers layout of `google/xtr-base-en`.
+"""The released XTR weights in the sentence-transformers layout of `google/xtr-base-en`, read and
+written.
 
-  DIR/config.json                the T5 config (Hugging Face)
-  DIR/model.safetensors          a T5 checkpoint: its encoder (a decoder is never read)
-  DIR/spiece.model               the SentencePiece vocabulary
+  DIR/config.json                the backbone's config (Hugging Face): T5, or BERT for a model
+                                 trained here from MiniLM (`"model_type": "bert"`)
+  DIR/model.safetensors          its weights: a T5 checkpoint's encoder (a decoder is never read)
+                                 or a `BertModel`
+  DIR/spiece.model               the SentencePiece vocabulary (T5); vocab.txt for BERT
   DIR/2_Dense/config.json        {"in_features": H, "out_features": D, "bias": false,
                                   "activation_function": "torch.nn.modules.linear.Identity"}
   DIR/2_Dense/model.safetensors  {"linear.weight": [D, H]}: the projection to token vectors
 
 The release ships the projection as 2_Dense/pytorch_model.bin, a torch pickle, which xtr never
 opens: `xtr-convert-checkpoint` writes 2_Dense/model.safetensors from it once. JSON files are
-read as data, each key's type checked. The model is `xtr_encoder.XTREncoder` (T5 encoder ->
-projection -> L2 normalization) as `gin/models/xtr_base_en.gin` configures it; the release's
-preprocessing (lowercased text, EOS appended) is `xtr.text.tokenization`'s.
+read as data, each key's type checked. The model is `xtr_encoder.XTREncoder` (backbone ->
+projection -> L2 normalization) as `gin/models/xtr_base_en.gin` (or `minilm_l6.gin`, with
+MINILM_DIR the directory) configures it; the release's preprocessing (lowercased text, EOS
+appended) is `xtr.text.tokenization`'s.
+
+`write` puts a model trained here in the same layout (`xtr-export-model`), with the files
+sentence-transformers and PyLate read besides: `modules.json` (Transformer -> 2_Dense ->
+Normalize), `sentence_bert_config.json` and `tokenizer_config.json`.
 """
 import json
 import os
+from typing import Any
 
 import gin
 import numpy as np
+from safetensors import numpy as safetensors_numpy
 
+from xtr import io
 from xtr import typecheck
+from xtr.models import bert
 from xtr.models import hf_weights
+from xtr.models import t5
+from xtr.models import xtr_encoder
+from xtr.text import tokenization
 
 FILES = ("config.json", "model.safetensors", "spiece.model", "2_Dense/config.json",
          "2_Dense/model.safetensors")
+BERT_FILES = tuple("vocab.txt" if name == "spiece.model" else name for name in FILES)
 TORCH_FILE = "pytorch_model.bin"  # Beside a model.safetensors: what the release ships instead.
 _DENSE_KEYS = {"in_features": int, "out_features": int, "bias": bool, "activation_function": str}
 _IDENTITY = "torch.nn.modules.linear.Identity"
@@ -41,27 +57,32 @@ def spiece_path(checkpoint: str = gin.REQUIRED) -> str:
 
 
 def load_params(directory: str) -> dict:
-  """The float32 params of the `XTREncoder` in `directory`: {"backbone": T5 encoder params,
-  "projection": {"kernel": [H, D]}}.
+  """The float32 params of the `XTREncoder` in `directory`: {"backbone": T5 or BERT encoder
+  params, "projection": {"kernel": [H, D]}}.
 
   Raises:
     FileNotFoundError: naming a missing file (and the conversion of a pytorch_model.bin).
     ValueError: naming the file and key of a malformed config or of weights that do not fit it;
-      the JSON files and the projection are checked before the T5 checkpoint is read.
+      the JSON files and the projection are checked before the backbone's checkpoint is read.
   """
-  _check_files(directory)
   config_path = os.path.join(directory, "config.json")
+  hf_config = _read_json(config_path) if os.path.exists(config_path) else {}
+  is_bert = hf_config.get("model_type") == "bert"
+  _check_files(directory, BERT_FILES if is_bert else FILES)
   try:
-    config = hf_weights.t5_config_from_hf(_read_json(config_path))
-  except ValueError as e:
-    raise ValueError(f"{config_path}: {e}") from None
-  kernel = _projection(os.path.join(directory, "2_Dense"), config.emb_dim)
-  backbone = hf_weights.load_t5_backbone(directory, config)
-  return {"backbone": backbone, "projection": {"kernel": kernel}}
+    config = (hf_weights.bert_config_from_hf(hf_config)
+              if is_bert else hf_weights.t5_config_from_hf(hf_config))
+  except (ValueError, KeyError) as e:
+    raise ValueError(
+        f"{config_path}: {e!r}" if isinstance(e, KeyError) else f"{config_path}: {e}") from None
+  hidden = config.hidden_size if is_bert else config.emb_dim
+  kernel = _projection(os.path.join(directory, "2_Dense"), hidden)
+  load = hf_weights.load_bert_backbone if is_bert else hf_weights.load_t5_backbone
+  return {"backbone": load(directory, config), "projection": {"kernel": kernel}}
 
 
-def _check_files(directory: str) -> None:
-  for name in FILES:
+def _check_files(directory: str, files: tuple[str, ...]) -> None:
+  for name in files:
     path = os.path.join(directory, name)
     if os.path.exists(path):
       continue
@@ -72,7 +93,7 @@ def _check_files(directory: str) -> None:
           f"never opens. Convert it once: xtr-convert-checkpoint --checkpoint={directory} "
           "(torch comes with `pip install -e .[convert]`).")
     raise FileNotFoundError(f"{path} is missing: a released XTR directory holds "
-                            f"{', '.join(FILES)}.")
+                            f"{', '.join(files)}.")
 
 
 def _read_json(path: str) -> dict:
@@ -110,3 +131,76 @@ def _projection(dense_dir: str, hidden: int) -> np.ndarray:
     raise ValueError(f"{weights_path}: expected one tensor linear.weight of shape {shape} "
                      f"(out_features, in_features of {path}), found {found}.")
   return np.asarray(tensors["linear.weight"].T, np.float32)
+
+
+def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
+          tokenizer: tokenization.Tokenizer, max_seq_length: int) -> list[str]:
+  """Writes `model` with `params` (an xtr-train checkpoint's) and its `tokenizer`'s vocabulary
+  (spiece.model for T5, vocab.txt for BERT) to the new directory `directory` in the layout above;
+  returns the files written.
+
+  A model without a projection (`embed_dim=None`) gets an identity 2_Dense: the same vectors.
+
+  Raises:
+    ValueError: a salience gate (no place in the layout), a backbone other than T5 or BERT, or
+      non-finite parameters; FileExistsError: `directory` exists (nothing is written over).
+  """
+  if model.salience is not None:
+    raise ValueError("The model has ALIGNER's salience heads, which the sentence-transformers "
+                     "layout has no place for; export a model without them.")
+  config = model.backbone.config
+  if not isinstance(config, (t5.T5Config, bert.BertConfig)):
+    raise ValueError(f"No Hugging Face layout for a {type(config).__name__} backbone.")
+  tensors = hf_weights.backbone_to_hf(params["backbone"], config)
+  hidden = config.emb_dim if isinstance(config, t5.T5Config) else config.hidden_size
+  kernel = (np.eye(hidden, dtype=np.float32) if model.embed_dim is None else np.asarray(
+      params["projection"]["kernel"], np.float32))
+  if not all(np.isfinite(t).all() for t in [*tensors.values(), kernel]):
+    raise ValueError("The parameters are not all finite; nothing was written.")
+  is_t5 = isinstance(config, t5.T5Config)
+  hf_config = hf_weights.t5_config_to_hf(config) if is_t5 else hf_weights.bert_config_to_hf(config)
+  os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+  os.mkdir(directory)  # FileExistsError if it exists: never written over.
+  dense = os.path.join(directory, "2_Dense")
+  os.mkdir(dense)
+  os.mkdir(os.path.join(directory, "3_Normalize"))
+  tokenizer_config = (dict(tokenizer_class="T5Tokenizer") if is_t5 else dict(
+      tokenizer_class="BertTokenizer", do_lower_case=True))
+  files = {
+      "config.json":
+          hf_config,
+      "2_Dense/config.json":
+          dict(in_features=hidden, out_features=kernel.shape[1], bias=False,
+               activation_function=_IDENTITY),
+      "modules.json":
+          _MODULES,
+      "sentence_bert_config.json":
+          dict(max_seq_length=max_seq_length, do_lower_case=False),
+      "tokenizer_config.json":
+          tokenizer_config | dict(model_max_length=max_seq_length),
+  }
+  for name, value in files.items():
+    io.write_json(os.path.join(directory, name), value)
+  safetensors_numpy.save_file(tensors, os.path.join(directory, "model.safetensors"))
+  safetensors_numpy.save_file({"linear.weight": np.ascontiguousarray(kernel.T)},
+                              os.path.join(dense, "model.safetensors"))
+  vocabulary = _write_vocabulary(directory, tokenizer)
+  return sorted([*files, "model.safetensors", "2_Dense/model.safetensors", vocabulary])
+
+
+_MODULES = [  # sentence-transformers' modules: token vectors = Normalize(Dense(Transformer(ids)))
+    dict(idx=0, name="0", path="", type="sentence_transformers.models.Transformer"),
+    dict(idx=1, name="1", path="2_Dense", type="sentence_transformers.models.Dense"),
+    dict(idx=2, name="2", path="3_Normalize", type="sentence_transformers.models.Normalize"),
+]
+
+
+def _write_vocabulary(directory: str, tokenizer: tokenization.Tokenizer) -> str:
+  """Writes the vocabulary of `tokenizer` into `directory`; returns its file name."""
+  if isinstance(tokenizer, tokenization.WordPiece):
+    io.atomic_write(os.path.join(directory, "vocab.txt"),
+                    lambda f: f.write("".join(f"{token}\n" for token in tokenizer.tokens).encode()))
+    return "vocab.txt"
+  model_proto = io.read_bytes(tokenizer.path)  # the file as is: T5's extra ids are not in it
+  io.atomic_write(os.path.join(directory, "spiece.model"), lambda f: f.write(model_proto))
+  return "spiece.model"

@@ -1,0 +1,149 @@
+"""`xtr-export-model` (`xtr.models.released.write`): models trained here, written in the
+sentence-transformers layout of the released XTR, read back by xtr to the same token vectors and
+by transformers and torch to token vectors within 1e-4; refusals."""
+import json
+
+import gin
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+import transformers
+
+from tests import retrieval_setup
+from tests.retrieval_setup import REPO
+from tests.retrieval_setup import run_tool
+from xtr import cli
+from xtr.models import encoding
+
+TEXTS = [
+    "What causes SCURVY?", "0-dimensional biomaterials show inductive properties.",
+    "Vitamin C AND Scurvy: ÉTUDE of naïve café-goers, 1742–1753."
+]
+# name: (model file, bindings of a small random model, the model file's vocabulary binding)
+MODELS = {
+    "t5": ("gin/models/t5_1_1_tiny.gin", ["xtr_encoder.XTREncoder.embed_dim = 16"], "T5_SPM_PATH"),
+    "minilm": ("gin/models/minilm_l6.gin",
+               ["bert.BertConfig.num_layers = 2",
+                "xtr_encoder.XTREncoder.embed_dim = 16"], "MINILM_DIR"),
+    "minilm_no_projection":
+        ("gin/models/minilm_l6.gin",
+         ["bert.BertConfig.num_layers = 2",
+          "xtr_encoder.XTREncoder.embed_dim = None"], "MINILM_DIR"),
+}
+
+
+def _vocabulary(name, t5_spm_path, minilm_dir, directory=None) -> str:
+  """The binding of the model file's vocabulary: the training one, or the exported `directory`'s."""
+  model_file, _, macro = MODELS[name]
+  if macro == "T5_SPM_PATH":
+    return f"T5_SPM_PATH = '{directory / 'spiece.model' if directory else t5_spm_path}'"
+  return f"MINILM_DIR = '{directory or minilm_dir}'"
+
+
+def _encoder(model_file: str, checkpoint, *bindings: str) -> encoding.Encoder:
+  """The encoder of `checkpoint` as the tools build it from `model_file` and `bindings`."""
+  gin.clear_config()
+  gin.add_config_file_search_path(str(REPO))
+  gin.parse_config_files_and_bindings([model_file], [*cli.ENCODER_BINDINGS, *bindings])
+  try:
+    return encoding.Encoder(encoding.load_params(str(checkpoint)))
+  finally:
+    gin.clear_config()
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def exported(request, tmp_path_factory, t5_spm_path, minilm_dir):
+  """(name, the trained model's encoder, the exported directory)."""
+  name = request.param
+  model_file, bindings, _ = MODELS[name]
+  root = tmp_path_factory.mktemp(name)
+  vocabulary = _vocabulary(name, t5_spm_path, minilm_dir)
+  retrieval_setup.random_checkpoint(root / "model", 0, t5_spm_path, vocabulary, *bindings,
+                                    model_file=model_file)
+  gin.clear_config()
+  result = run_tool("xtr.cli.export_model", f"--gin_file={model_file}",
+                    f"--gin_bindings={vocabulary}", *[f"--gin_bindings={b}" for b in bindings],
+                    f"--checkpoint={root / 'model'}", f"--out={root / 'out'}")
+  assert result.returncode == 0, result.stderr
+  return name, _encoder(model_file, root / "model", vocabulary, *bindings), root / "out"
+
+
+def test_the_layout_is_the_releases(exported):
+  name, encoder, directory = exported
+  vocabulary = "spiece.model" if name == "t5" else "vocab.txt"
+  assert sorted(str(p.relative_to(directory)) for p in directory.rglob("*")) == sorted([
+      "2_Dense", "2_Dense/config.json", "2_Dense/model.safetensors", "3_Normalize", "config.json",
+      "model.safetensors", "modules.json", "sentence_bert_config.json", "tokenizer_config.json",
+      vocabulary
+  ])
+  dense = json.loads((directory / "2_Dense" / "config.json").read_text())
+  config = encoder.model.backbone.config
+  hidden = config.emb_dim if name == "t5" else config.hidden_size
+  assert dense == {
+      "in_features": hidden,
+      "out_features": 16 if name != "minilm_no_projection" else hidden,
+      "bias": False,
+      "activation_function": "torch.nn.modules.linear.Identity"
+  }
+  modules = json.loads((directory / "modules.json").read_text())
+  assert [m["path"] for m in modules] == ["", "2_Dense", "3_Normalize"]
+
+
+def test_xtr_reads_it_back_to_the_same_vectors(exported, t5_spm_path, minilm_dir):
+  name, encoder, directory = exported
+  model_file, bindings, _ = MODELS[name]
+  if name == "minilm_no_projection":  # read back with the identity projection it was given
+    bindings = [*bindings[:-1], "xtr_encoder.XTREncoder.embed_dim = 384"]
+  read_back = _encoder(model_file, directory, _vocabulary(name, t5_spm_path, minilm_dir, directory),
+                       *bindings)
+  ids = encoder.tokenize(TEXTS, 32)
+  np.testing.assert_array_equal(read_back.tokenize(TEXTS, 32), ids)
+  expected, mask, _ = encoder.encode_ids(ids)
+  vectors, read_mask, _ = read_back.encode_ids(ids)
+  np.testing.assert_array_equal(read_mask, mask)
+  np.testing.assert_allclose(vectors, expected, atol=1e-6, rtol=0)
+
+
+def test_transformers_and_torch_compute_the_same_token_vectors(exported):
+  name, encoder, directory = exported
+  tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+  batch = tokenizer([text.lower() for text in TEXTS], max_length=32, truncation=True,
+                    padding="max_length", return_tensors="pt")
+  ids = encoder.tokenize(TEXTS, 32)
+  np.testing.assert_array_equal(batch["input_ids"].numpy(), ids)
+  backbone = (transformers.T5EncoderModel
+              if name == "t5" else transformers.BertModel).from_pretrained(directory).eval()
+  weight = safetensors.torch.load_file(directory / "2_Dense" / "model.safetensors")
+  with torch.no_grad():
+    hidden = backbone(input_ids=batch["input_ids"],
+                      attention_mask=batch["attention_mask"]).last_hidden_state
+    vectors = torch.nn.functional.normalize(hidden @ weight["linear.weight"].T, dim=-1)
+  expected, mask, _ = encoder.encode_ids(ids)
+  np.testing.assert_array_equal(mask, batch["attention_mask"].numpy().astype(bool))
+  np.testing.assert_allclose(vectors.numpy() * mask[..., None], expected, atol=1e-4, rtol=0)
+
+
+def test_an_existing_out_or_a_salience_model_is_refused(tmp_path, t5_spm_path):
+  spm = f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'"
+  tiny = "--gin_file=gin/models/t5_1_1_tiny.gin"
+  (tmp_path / "out").mkdir()
+  (tmp_path / "out" / "keep").write_text("mine")
+  result = run_tool("xtr.cli.export_model", tiny, spm, f"--checkpoint={tmp_path / 'missing'}",
+                    f"--out={tmp_path / 'out'}")
+  assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (
+      2, f"xtr-tool: --out={tmp_path / 'out'} exists; name a new directory.")
+  assert (tmp_path / "out" / "keep").read_text() == "mine"
+  salience = ["salience.Salience.variant = 'relu'"]
+  retrieval_setup.random_checkpoint(
+      tmp_path / "aligner", 0, t5_spm_path, *[
+          "from xtr.models import salience",
+          "xtr_encoder.XTREncoder.salience = @salience.Salience()", *salience
+      ])
+  gin.clear_config()
+  result = run_tool("xtr.cli.export_model", tiny, spm,
+                    "--gin_bindings=from xtr.models import salience",
+                    "--gin_bindings=xtr_encoder.XTREncoder.salience = @salience.Salience()",
+                    f"--checkpoint={tmp_path / 'aligner'}", f"--out={tmp_path / 'aligner_out'}")
+  assert result.returncode == 2 and "salience heads" in result.stderr, result.stderr
+  assert not (tmp_path / "aligner_out").exists()
