@@ -76,6 +76,9 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
                                                     "--gin_bindings: Unable to parse value."),
         ("--gin_file=gin/runs/smoke.gin --gin_bindings=trainer.train.num_steps='five'",
          "trainer.train.num_steps = 'five': expected int, got str; check its gin binding.")]),
+    "xtr.cli.export_model": ((f"--checkpoint={MISSING}/model",), [
+        ("--out=.", "--out=. exists; name a new directory."),
+        (f"--out={MISSING}/out --no_such_flag", "Unknown command line flag 'no_such_flag'")]),
     **{module: ((), [("--no_such_flag", "Unknown command line flag 'no_such_flag'")])
        for module in ("xtr.cli.demo", "xtr.cli.analyze_alignment", "xtr.cli.convert_checkpoint")},
 }
@@ -344,4 +347,4 @@ def test_every_console_script_is_probed():
   through `cli.run` (one line, exit status 2)."""
   scripts = re.findall(r'"xtr-[\w-]+=(xtr\.cli\.\w+):console_entry_point"',
                        (REPO / "setup.py").read_text())
-  assert len(scripts) == 11 and set(scripts) == set(_CASES)
+  assert len(scripts) == 12 and set(scripts) == set(_CASES)
