@@ -2,6 +2,7 @@
 sentence-transformers layout of the released XTR, read back by xtr to the same token vectors and
 by transformers and torch to token vectors within 1e-4; refusals."""
 import json
+import shutil
 
 import gin
 import numpy as np
@@ -15,6 +16,7 @@ from tests.retrieval_setup import REPO
 from tests.retrieval_setup import run_tool
 from xtr import cli
 from xtr.models import encoding
+from xtr.models import released
 
 TEXTS = [
     "What causes SCURVY?", "0-dimensional biomaterials show inductive properties.",
@@ -147,3 +149,15 @@ def test_an_existing_out_or_a_salience_model_is_refused(tmp_path, t5_spm_path):
                     f"--checkpoint={tmp_path / 'aligner'}", f"--out={tmp_path / 'aligner_out'}")
   assert result.returncode == 2 and "salience heads" in result.stderr, result.stderr
   assert not (tmp_path / "aligner_out").exists()
+
+
+def test_a_bert_config_without_a_key_is_refused_naming_the_file(exported, tmp_path):
+  name, _, directory = exported
+  copy = tmp_path / "copy"
+  shutil.copytree(directory, copy)
+  config = json.loads((copy / "config.json").read_text())
+  key = "d_model" if name == "t5" else "hidden_size"
+  del config[key]
+  (copy / "config.json").write_text(json.dumps(config))
+  with pytest.raises(ValueError, match=rf"{copy / 'config.json'}: missing key '{key}'"):
+    released.load_params(str(copy))

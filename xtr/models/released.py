@@ -72,9 +72,10 @@ def load_params(directory: str) -> dict:
   try:
     config = (hf_weights.bert_config_from_hf(hf_config)
               if is_bert else hf_weights.t5_config_from_hf(hf_config))
-  except (ValueError, KeyError) as e:
-    raise ValueError(
-        f"{config_path}: {e!r}" if isinstance(e, KeyError) else f"{config_path}: {e}") from None
+  except KeyError as e:  # bert_config_from_hf reads the keys BertConfig needs
+    raise ValueError(f"{config_path}: missing key {e}") from None
+  except ValueError as e:
+    raise ValueError(f"{config_path}: {e}") from None
   hidden = config.hidden_size if is_bert else config.emb_dim
   kernel = _projection(os.path.join(directory, "2_Dense"), hidden)
   load = hf_weights.load_bert_backbone if is_bert else hf_weights.load_t5_backbone
