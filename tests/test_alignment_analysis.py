@@ -205,6 +205,8 @@ def test_analyze_matches_loops(salience):
       (subset, kind): [] for subset in ("candidates", "containing") for kind in directions.KINDS
   }
   spectra = {"q→d": [], "d→q": []}
+  # Per document token, the GR paper's d→q unit: (id, {kind: rate}, the query holds its id).
+  document_tokens = []
   for qi, query_id in enumerate(data.query_ids):
     q, q_ids = model.queries.vectors[qi], model.queries.ids[qi]
     sums = {key: np.zeros(len(q)) for key in rates}
@@ -232,6 +234,14 @@ def test_analyze_matches_loops(salience):
               if subset == "candidates" or q_ids[i] in list(d_ids):
                 sums[subset, kind][i] += rate
                 counts[subset, kind][i] += 1
+      for j in range(len(d)):
+        token_rates = {}
+        for kind in measure.DOCUMENT_TOKEN_KINDS:
+          mass = naive[kind][:, j].sum()
+          token_rates[kind] = (
+              sum(naive[kind][i, j] for i in range(len(q)) if q_ids[i] == d_ids[j]) /
+              mass if mass > 0 else np.nan)
+        document_tokens.append((d_ids[j], token_rates, d_ids[j] in list(q_ids)))
       for name, a in (("q→d", a_qd), ("d→q", naive["d→q soft"])):
         sigma = np.linalg.svd(a, compute_uv=False)
         sigma = sigma / np.linalg.norm(sigma)
@@ -258,6 +268,23 @@ def test_analyze_matches_loops(salience):
     assert tm["special"][kind] == pytest.approx(np.nanmean(r[~plain]), rel=1e-5)
     assert tm["all"][kind] == pytest.approx(np.nanmean(r[plain]), rel=1e-5)
     assert tm["bins"][0]["idf_max"] <= tm["bins"][1]["idf_min"]
+
+  ids = np.array([t for t, _, _ in document_tokens])
+  plain = ids != 1
+  idf = np.log(6 / np.maximum([sum(t in d for d in model.docs.ids) for t in ids], 1))
+  halves = np.array_split(np.flatnonzero(plain)[np.argsort(idf[plain], kind="stable")], 2)
+  for subset in ("candidates", "containing"):
+    tm = result["document_token_term_matching"][subset]
+    for kind in measure.DOCUMENT_TOKEN_KINDS:
+      r = np.array([
+          rates[kind] if subset == "candidates" or in_query else np.nan
+          for _, rates, in_query in document_tokens
+      ])
+      for b, members in enumerate(halves):
+        want = r[members][~np.isnan(r[members])]
+        assert tm["bins"][b][kind] == (pytest.approx(want.mean(), rel=1e-5) if len(want) else None)
+        assert tm["bins"][b]["num_tokens"] == len(members)
+      assert tm["all"][kind] == pytest.approx(np.nanmean(r[plain]), rel=1e-5)
 
   for name, sigmas in spectra.items():
     width = max(map(len, sigmas))
@@ -346,8 +373,26 @@ def test_cli_writes_every_number_and_plot(exported, scifact_slice, t5_spm_path, 
   want = beir_eval.evaluate(data.qrels, run, **measure.RERANK_METRICS)
   assert report["models"]["A"]["rerank"]["q→d"]["ndcg@10"] == pytest.approx(
       want["ndcg@10"], abs=1e-6)
-  for png in ("term_matching.png", "spectra.png", "case_study.png"):
+  for png in ("term_matching.png", "term_matching_document_tokens.png", "spectra.png",
+              "case_study.png"):
     assert (tmp_path / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  # A τ sweep: each model at each τ; the default τ's numbers are the single run's, and the d→q
+  # alignment softmax_i(S/τ) tends to rank 1 as τ grows.
+  done = analyze(f"--checkpoint=A={model_dir}", "--temperature=0.05", "--temperature=10",
+                 f"--out={tmp_path / 'sweep'}")
+  assert done.returncode == 0, done.stderr[-3000:]
+  sweep = json.loads((tmp_path / "sweep" / "alignment.json").read_text())
+  assert list(sweep["models"]) == ["A τ=0.05", "A τ=10"]
+  assert sweep["settings"]["temperatures"] == [0.05, 10.0]
+  single = report["models"]["A"]
+  for direction in ("q→d", "d→q"):
+    assert sweep["models"]["A τ=0.05"]["low_rank"][direction]["rank1_error"] == pytest.approx(
+        single["low_rank"][direction]["rank1_error"])
+  assert sweep["models"]["A τ=0.05"]["rerank"]["q→d"] == pytest.approx(single["rerank"]["q→d"])
+  assert (sweep["models"]["A τ=10"]["low_rank"]["d→q"]["rank1_error"]
+          < sweep["models"]["A τ=0.05"]["low_rank"]["d→q"]["rank1_error"])
+  done = analyze(f"--checkpoint=A={model_dir}", "--temperature=0", f"--out={tmp_path / 'again'}")
+  assert done.returncode == 2 and "--temperature must be a positive finite number" in done.stderr
   # Bad input is named before any work.
   done = analyze(f"--checkpoint=B={model_dir}", f"--compare={tmp_path / 'out' / 'alignment.json'}",
                  "--query_id=nope", f"--out={tmp_path / 'again'}")

@@ -32,6 +32,9 @@ from xtr.scoring import functions
 from xtr.text import tokenization
 
 RERANK_METRICS = {"ndcg_at": (10,), "recall_at": (1, 10), "mrr_at": (10,)}
+# The alignments whose exact-match rate is also measured per document token (the unit of the
+# GR paper's Figure 3).
+DOCUMENT_TOKEN_KINDS = ("d→q hard", "d→q soft")
 # What a CLI binds after the user's gin files: `Settings.model` is the run file's model.
 SETTINGS_BINDINGS = ("xtr.analysis.measure.Settings.model = %MODEL",)
 
@@ -139,8 +142,10 @@ def _pair_statistics(q, q_ids, u_q, d, d_ids, u_d, strategy, temperature):
 
   Returns:
     scores {direction: [C]}; rates {(subset, kind): ([n] rate sums, [n] counts)} of the
-    subsets "candidates" (all) and "containing" (`term_matching.contains`);
-    spectra {direction: ([C, r] normalized σ, [C] nonzero)}.
+    subsets "candidates" (all) and "containing" (`term_matching.contains`); document_rates
+    {d→q kind: ([C, m] rates, [C, m] defined, [C, m] in the query)}
+    (`term_matching.document_token_rates`); spectra {direction: ([C, r] normalized σ, [C]
+    nonzero)}.
   """
   q_mask, d_mask = q_ids != 0, d_ids != 0
   s = functions.token_scores(q, d)  # [1, n, C, m]
@@ -154,15 +159,19 @@ def _pair_statistics(q, q_ids, u_q, d, d_ids, u_d, strategy, temperature):
       "d→q per token": directions.document_to_query_scores(s, q_mask, d_mask, temperature, True)[0]
   }
   subsets = {"candidates": None, "containing": term_matching.contains(q_ids, d_ids)}
+  aligned = directions.term_alignments(s, q_mask, d_mask, temperature)
   rates = {
       (subset, kind): tuple(x[0] for x in term_matching.exact_match_rates(m, q_ids, d_ids, over))
-      for kind, m in directions.term_alignments(s, q_mask, d_mask, temperature).items()
-      for subset, over in subsets.items()
+      for kind, m in aligned.items() for subset, over in subsets.items()
+  }
+  document_rates = {
+      kind: tuple(x[0] for x in term_matching.document_token_rates(aligned[kind], q_ids, d_ids))
+      for kind in DOCUMENT_TOKEN_KINDS
   }
   spectra = {
       name: low_rank.normalized_spectrum(jnp.transpose(m[0], (1, 0, 2))) for name, m in a.items()
   }
-  return scores, rates, spectra
+  return scores, rates, document_rates, spectra
 
 
 def analyze(model: Model, data: beir_eval.BeirData, candidate_docs: Sequence[int],
@@ -183,6 +192,7 @@ def analyze(model: Model, data: beir_eval.BeirData, candidate_docs: Sequence[int
   idf = term_matching.idf(corpus_ids, model.tokenizer.size)
   runs = {}
   token_rates, query_token_ids = {}, []
+  document_token_rates, document_token_ids = {}, []
   spectra = {}
   for i, query_id in enumerate(
       tqdm.tqdm(data.query_ids, desc=f"analyze {model.label}", unit="query")):
@@ -191,12 +201,12 @@ def analyze(model: Model, data: beir_eval.BeirData, candidate_docs: Sequence[int
     if model.queries.salience is not None:
       u_q = _padded([model.queries.salience[i]], n)
       u_d = _candidates(model.docs.salience, rows, width, m)
-    scores, rates, spectrum = _pair_statistics(_padded([model.queries.vectors[i]], n),
-                                               _padded([model.queries.ids[i]], n), u_q,
-                                               _candidates(model.docs.vectors, rows, width, m),
-                                               _candidates(model.docs.ids, rows, width, m), u_d,
-                                               model.strategy, settings.temperature)
-    scores, rates, spectrum = jax.device_get((scores, rates, spectrum))
+    d_ids = _candidates(model.docs.ids, rows, width, m)
+    scores, rates, document_rates, spectrum = jax.device_get(
+        _pair_statistics(_padded([model.queries.vectors[i]], n), _padded([model.queries.ids[i]],
+                                                                         n), u_q,
+                         _candidates(model.docs.vectors, rows, width, m), d_ids, u_d,
+                         model.strategy, settings.temperature))
     for direction, values in scores.items():
       runs.setdefault(direction, {})[query_id] = {
           data.doc_ids[doc]: float(v) for doc, v in zip(candidates_of[i], values)
@@ -206,22 +216,29 @@ def analyze(model: Model, data: beir_eval.BeirData, candidate_docs: Sequence[int
       token_rates.setdefault(key, []).append(
           np.where(count > 0, total / np.maximum(count, 1), np.nan)[:length])
     query_token_ids.append(model.queries.ids[i])
+    valid = d_ids[:len(rows)] != 0
+    document_token_ids.append(d_ids[:len(rows)][valid])
+    for kind, (rate, defined, in_query) in document_rates.items():
+      rate, defined, in_query = (x[:len(rows)][valid] for x in (rate, defined, in_query))
+      document_token_rates.setdefault(("candidates", kind),
+                                      []).append(np.where(defined, rate, np.nan))
+      document_token_rates.setdefault(("containing", kind),
+                                      []).append(np.where(defined & in_query, rate, np.nan))
     for name, (sigma, nonzero) in spectrum.items():
       keep = nonzero[:len(rows)]
       spectra.setdefault(name, []).append(sigma[:len(rows)][keep])
   return {
-      "alignment": str(model.strategy),
+      "alignment":
+          str(model.strategy),
       "rerank": {
           direction: _without_per_query(beir_eval.evaluate(data.qrels, run, **RERANK_METRICS))
           for direction, run in runs.items()
       },
-      "term_matching": {
-          subset:
-              _by_idf(np.concatenate(query_token_ids),
-                      {kind: np.concatenate(token_rates[subset, kind])
-                       for kind in directions.KINDS}, idf, special, settings.num_idf_bins)
-          for subset in ("candidates", "containing")
-      },
+      "term_matching":
+          _term_matching(query_token_ids, token_rates, directions.KINDS, idf, special, settings),
+      "document_token_term_matching":
+          _term_matching(document_token_ids, document_token_rates, DOCUMENT_TOKEN_KINDS, idf,
+                         special, settings),
       "low_rank": {
           name: _spectrum_summary(np.concatenate(v)) for name, v in spectra.items()
       }
@@ -232,11 +249,24 @@ def _without_per_query(metrics: dict[str, Any]) -> dict[str, Any]:
   return {k: v for k, v in metrics.items() if k != "per_query"}
 
 
+def _term_matching(ids: list[np.ndarray], rates: dict[tuple[str, str],
+                                                      list[np.ndarray]], kinds: Sequence[str],
+                   idf: np.ndarray, special: np.ndarray, settings: Settings) -> dict[str, Any]:
+  """{subset: `_by_idf`} of the tokens whose ids and rates were gathered per query–candidate
+  pair (ids: [len] arrays; rates {(subset, kind): [len] arrays})."""
+  return {
+      subset:
+          _by_idf(np.concatenate(ids), {kind: np.concatenate(rates[subset, kind])
+                                        for kind in kinds}, idf, special, settings.num_idf_bins)
+      for subset in ("candidates", "containing")
+  }
+
+
 def _by_idf(ids: np.ndarray, rates: dict[str, np.ndarray], idf: np.ndarray, special: np.ndarray,
             num_bins: int) -> dict[str, Any]:
-  """Mean exact-match rates of the query tokens [T] (ids [T], rates {kind: [T]}, NaN where
-  undefined) in each equal-count IDF bin of the non-special tokens, over all of them, and over
-  the special ones."""
+  """Mean exact-match rates of the tokens [T] (query tokens, or document tokens for the d→q
+  unit of Figure 3: ids [T], rates {kind: [T]}, NaN where undefined) in each equal-count IDF bin
+  of the non-special tokens, over all of them, and over the special ones."""
   is_special = np.isin(ids, special)
   plain = np.flatnonzero(~is_special)
   token_idf = idf[ids[plain]]

@@ -21,22 +21,26 @@ def _save(figure: Any, path: str) -> None:
   plt.close(figure)
 
 
-def term_matching(models: dict[str, dict[str, Any]], path: str) -> None:
+def term_matching(models: dict[str, dict[str, Any]], path: str,
+                  kinds: Sequence[str] = directions.KINDS, unit: str = "query token") -> None:
   """Each kind's exact-match rate by IDF bin (x: the bin's mean IDF), one colour per model:
-  solid over all candidates, dashed over the candidates that contain the query token.
+  solid over all candidates, dashed over the candidates that contain the token.
 
-  models: {label: its "term_matching" result}.
+  models: {label: its "term_matching" result (or "document_token_term_matching", with the
+  d→q kinds and unit "document token": the GR paper's Figure 3)}.
   """
-  figure, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True, sharey=True)
-  for ax, kind in zip(axes.flat, directions.KINDS):
+  figure, axes = plt.subplots(
+      len(kinds) // 2, 2, figsize=(10, 3.5 * (len(kinds) // 2)), sharex=True, sharey=True,
+      squeeze=False)
+  for ax, kind in zip(axes.flat, kinds):
     for colour, (label, result) in enumerate(models.items()):
       for subset, style in (("candidates", "-"), ("containing", "--")):
         bins = result[subset]["bins"]
         ax.plot([b["idf_mean"] for b in bins],
                 [np.nan if b[kind] is None else b[kind] for b in bins], style, marker="o",
                 markersize=3, color=f"C{colour}", label=f"{label} ({subset})")
-    ax.set_title(f"{kind} alignment")
-    ax.set_xlabel("query token IDF (mean of an equal-count bin)")
+    ax.set_title(f"{kind} alignment, per {unit}")
+    ax.set_xlabel(f"{unit} IDF (mean of an equal-count bin)")
     ax.set_ylabel("exact-match rate")
     ax.grid(alpha=0.3)
   axes.flat[0].legend(fontsize=7)

@@ -14,6 +14,15 @@ the candidate documents where it is defined ("candidates"), and over those of th
 contain its id ("containing"): a document without the token cannot match it exactly, so the
 first rate also measures how often the candidates hold the token, the second only the alignment.
 
+The paper's d→q exact-match rate (Figure 3) is "computed for each document token": for one
+document token j, the share of its alignment that goes to query tokens of its id,
+
+  rate_j = Σ_i A_ij [id(q_i) = id(d_j)] / Σ_i A_ij        (`document_token_rates`)
+
+(1 or 0 for a hard d→q alignment, the softmax mass on same-id query tokens for a soft one),
+binned by the document token's IDF; over every candidate document token, and over those whose id
+the query holds ("containing").
+
 IDF of a token id in a corpus of N documents: ln(N / max(df, 1)), df the number of documents
 whose (encoded) tokens contain it. Query tokens are binned by IDF into equal-count bins.
 """
@@ -41,6 +50,26 @@ def exact_match_rates(a: jnp.ndarray, q_ids: jnp.ndarray, d_ids: jnp.ndarray,
   defined = mass > 0 if over is None else (mass > 0) & over
   rates = jnp.where(defined, matched / jnp.where(defined, mass, 1.0), 0.0)
   return jnp.sum(rates, axis=2), jnp.sum(defined, axis=2)
+
+
+def document_token_rates(a: jnp.ndarray, q_ids: jnp.ndarray,
+                         d_ids: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+  """Each document token's exact-match rate under a d→q alignment, against each query.
+
+  Args:
+    a: [B, n, C, m] an alignment (0 on padding); q_ids: [B, n]; d_ids: [C, m] (0: padding).
+
+  Returns:
+    (rates [B, C, m], defined [B, C, m] bool: the token aligns to some query token, in_query
+    [B, C, m] bool: the query holds a token of its id).
+  """
+  same = q_ids[:, :, None, None] == d_ids[None, None]  # [B, n, C, m]
+  mass = jnp.sum(a, axis=1)
+  matched = jnp.sum(jnp.where(same, a, 0.0), axis=1)
+  defined = mass > 0
+  rates = jnp.where(defined, matched / jnp.where(defined, mass, 1.0), 0.0)
+  in_query = jnp.any(same & (q_ids != 0)[:, :, None, None], axis=1) & (d_ids != 0)[None]
+  return rates, defined, in_query
 
 
 def contains(q_ids: jnp.ndarray, d_ids: jnp.ndarray) -> jnp.ndarray:

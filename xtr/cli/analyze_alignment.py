@@ -18,15 +18,22 @@ Writes to DIR:
                      query's BM25 top-100 plus gold documents; exact-match rates of the hard and
                      soft alignments of both directions by equal-count IDF bin of the query
                      tokens (special tokens apart), over all candidates and over those that
-                     contain the token; the mean normalized singular-value spectrum
-                     and rank-1 error of each direction's alignment.
-  term_matching.png  exact-match rate against IDF, one curve per model (Figures 2–3)
+                     contain the token; the same for the d→q alignments per document
+                     token, by the document token's IDF (the unit of Figure 3); the mean
+                     normalized singular-value spectrum and rank-1 error of each direction's
+                     alignment.
+  term_matching.png  exact-match rate against query-token IDF, one curve per model (Figure 2)
+  term_matching_document_tokens.png
+                     d→q exact-match rate against document-token IDF (Figure 3's unit)
   spectra.png        the normalized spectra (§7.4)
   case_study.png     S and both alignments of --query_id (default: the split's first query) and
                      --doc_id (default: its most relevant judged document) (§7.5)
-Settings (candidates, τ, IDF bins) are `measure.Settings` in gin.
+Settings (candidates, τ, IDF bins) are `measure.Settings` in gin; --temperature overrides τ, and
+repeated, sweeps it (the GR paper's d→q alignment is softmax(S/τ); its rank depends on τ).
 """
+import dataclasses
 import json
+import math
 import os
 from typing import Any
 from typing import Sequence
@@ -53,6 +60,13 @@ _DOC_ID = flags.DEFINE_string(
     "doc_id", None, "The case study's document (default: the query's "
     "most relevant judged document).")
 _OUT = flags.DEFINE_string("out", None, "Directory to write (created if missing).")
+_TEMPERATURE = flags.DEFINE_multi_float(
+    "temperature", [], "τ of the softmax alignments (default: measure.Settings.temperature); "
+    "repeat for a sweep: each model is analyzed at each τ, labelled 'LABEL τ=T' (the case study "
+    "takes the first).")
+flags.register_validator("temperature",
+                         lambda values: all(math.isfinite(t) and t > 0 for t in values),
+                         message="--temperature must be a positive finite number.")
 
 UNTUNED = "untuned backbone"
 
@@ -124,6 +138,7 @@ def main(argv: Sequence[str]) -> None:
   query_id, doc_id = _case(data)
   case_query = data.queries[data.query_ids.index(query_id)]
   case_doc = data.docs[data.doc_ids.index(doc_id)]
+  temperatures = _TEMPERATURE.value or [settings.temperature]
   os.makedirs(_OUT.value, exist_ok=True)
 
   print(f"BM25 candidates of {len(data.query_ids)} queries", flush=True)
@@ -137,11 +152,13 @@ def main(argv: Sequence[str]) -> None:
         label, encoder.tokenizer, measure.encode(encoder, data.queries, "query"),
         measure.encode(encoder, [data.docs[d] for d in candidate_docs], "document"), strategy)
     corpus_ids = measure.token_ids(encoder.tokenizer, data.docs, encoder.doc_max_length)
-    results[label] = measure.analyze(model, data, candidate_docs, candidates_of, corpus_ids,
-                                     settings)
-    results[label]["checkpoint"] = checkpoints.get(label)
+    for tau in temperatures:
+      name = label if len(temperatures) == 1 else f"{label} τ={tau:g}"
+      results[name] = measure.analyze(model, data, candidate_docs, candidates_of, corpus_ids,
+                                      dataclasses.replace(settings, temperature=tau))
+      results[name] |= {"checkpoint": checkpoints.get(label), "temperature": tau}
     matrices, q_pieces, d_pieces = measure.case_study(encoder, strategy, case_query, case_doc,
-                                                      settings.temperature)
+                                                      temperatures[0])
     panels += [
         (f"{label}: {name}", matrix, q_pieces, d_pieces) for name, matrix in matrices.items()
     ]
@@ -153,7 +170,7 @@ def main(argv: Sequence[str]) -> None:
       "candidates_per_query": float(np.mean([len(c) for c in candidates_of])),
       "settings": {
           "bm25_depth": settings.bm25_depth,
-          "temperature": settings.temperature,
+          "temperatures": temperatures,
           "num_idf_bins": settings.num_idf_bins
       },
       "case_study": {
@@ -167,6 +184,13 @@ def main(argv: Sequence[str]) -> None:
   plots.term_matching({
       k: v["term_matching"] for k, v in everything.items()
   }, os.path.join(_OUT.value, "term_matching.png"))
+  plots.term_matching(
+      {
+          k: v["document_token_term_matching"]
+          for k, v in everything.items()
+          if "document_token_term_matching" in v
+      }, os.path.join(_OUT.value, "term_matching_document_tokens.png"),
+      measure.DOCUMENT_TOKEN_KINDS, "document token")
   plots.spectra({
       k: v["low_rank"] for k, v in everything.items()
   }, os.path.join(_OUT.value, "spectra.png"))
