@@ -1,4 +1,5 @@
-"""The query/document encoder: batch rows bucketed to powers of two, equal to one batch."""
+"""The query/document encoder: batch rows bucketed to powers of two, lengths to multiples of
+length_bucket, rows split over the devices: each equal to one batch of the full length."""
 import gin
 import jax
 import numpy as np
@@ -30,3 +31,51 @@ def test_batches_are_padded_to_power_of_two_rows_and_encode_as_one_batch(tmp_pat
     np.testing.assert_array_equal(alone[1][0], together[1][i])
   encoder.encode_queries(TEXTS[:3])  # one batch of 3 rows: the 4-row bucket
   assert encoder._apply._cache_size() == 3  # pylint: disable=protected-access  # 4, 2 and 1 rows
+
+
+def _encoder(directory, t5_spm_path, **settings) -> encoding.Encoder:
+  """A tiny random T5 encoder (seed 0: the same parameters in every `directory`)."""
+  retrieval_setup.random_checkpoint(directory, 0, t5_spm_path, *cli.ENCODER_BINDINGS)
+  try:
+    return encoding.Encoder(encoding.load_params(str(directory)), batch_size=4, **settings)
+  finally:
+    gin.clear_config()
+
+
+def test_length_buckets_encode_as_the_full_length(tmp_path, t5_spm_path):
+  """Longest first, each batch cut to a multiple of length_bucket: the vectors of the full length
+  (every batch at doc_max_length), with fewer tokens computed."""
+  full = _encoder(tmp_path / "full", t5_spm_path, length_bucket=None)
+  bucketed = _encoder(tmp_path / "bucketed", t5_spm_path, length_bucket=8)
+  texts = TEXTS * 3
+  want = full.encode(texts, 64)
+  got = bucketed.encode(texts, 64)
+  np.testing.assert_array_equal(got[1], want[1])
+  np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
+  lengths = {args[1].shape[1] for args, _ in _calls(bucketed, texts, 64)}
+  assert lengths == {8, 16} and max(np.sum(want[1], axis=1)) <= 16
+
+
+def _calls(encoder: encoding.Encoder, texts, max_length) -> list:
+  """The (args, kwargs) of every batch `encoder` runs to encode `texts`."""
+  calls, apply = [], encoder._apply  # pylint: disable=protected-access
+  encoder._apply = lambda *args, **kwargs: calls.append((args, kwargs)) or apply(*args, **kwargs)
+  try:
+    encoder.encode(texts, max_length)
+  finally:
+    encoder._apply = apply
+  return calls
+
+
+def test_data_parallel_rows_over_the_devices_encode_as_one_device(tmp_path, t5_spm_path):
+  """With 8 (simulated) devices, each batch's rows are split over all of them and the parameters
+  replicated on each: the same vectors as on one device."""
+  assert len(jax.local_devices()) == 8  # conftest's simulated devices
+  one = _encoder(tmp_path / "one", t5_spm_path, data_parallel=False)
+  parallel = _encoder(tmp_path / "parallel", t5_spm_path, data_parallel=True)
+  assert all(len(leaf.sharding.device_set) == 8 for leaf in jax.tree.leaves(parallel.params))
+  ids = [args[1] for args, _ in _calls(parallel, TEXTS, 32)]
+  assert [x.shape[0] for x in ids] == [8, 8] and all(len(x.sharding.device_set) == 8 for x in ids)
+  want, got = one.encode(TEXTS, 32), parallel.encode(TEXTS, 32)
+  np.testing.assert_array_equal(got[1], want[1])
+  np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
