@@ -30,7 +30,7 @@ def term_matching(models: dict[str, dict[str, Any]], path: str,
   d→q kinds and unit "document token": the GR paper's Figure 3)}.
   """
   figure, axes = plt.subplots(
-      len(kinds) // 2, 2, figsize=(10, 3.5 * (len(kinds) // 2)), sharex=True, sharey=True,
+      len(kinds) // 2, 2, figsize=(13, 4.5 * (len(kinds) // 2)), sharex=True, sharey=True,
       squeeze=False)
   for ax, kind in zip(axes.flat, kinds):
     for colour, (label, result) in enumerate(models.items()):
@@ -43,7 +43,7 @@ def term_matching(models: dict[str, dict[str, Any]], path: str,
     ax.set_xlabel(f"{unit} IDF (mean of an equal-count bin)")
     ax.set_ylabel("exact-match rate")
     ax.grid(alpha=0.3)
-  axes.flat[0].legend(fontsize=7)
+  axes.flat[-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
   _save(figure, path)
 
 
