@@ -4,8 +4,9 @@
 
 Trains (resuming if interrupted), exports the ScaNN token index of the corpus, ranks the test
 queries with f_XTR' from token retrieval alone, runs the baselines, prints a table and writes
-`{out_dir}/metrics.json`; the same for every collection of `demo.run.extra_data_dirs` (out of
-domain). Every step shows progress; a finished step is not redone.
+`{out_dir}/metrics.json` and its run record `{out_dir}/run.json` (`run_record`); the same for
+every collection of `demo.run.extra_data_dirs` (out of domain). Every step shows progress; a
+finished step is not redone.
 """
 import os
 from typing import Any
@@ -19,6 +20,7 @@ from xtr import cli
 from xtr import io
 from xtr.evaluation import baselines
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.index import build
 from xtr.index import files
 from xtr.index import reader
@@ -108,7 +110,9 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
     print(f"{name} ({split})\n{format_table(rows)}", flush=True)
     step += 3
   io.write_results(os.path.join(out_dir, "metrics.json"), tables)
-  print(f"Wrote {os.path.join(out_dir, 'metrics.json')}")
+  io.write_results(os.path.join(out_dir, "run.json"),
+                   run_record.record(tables, list(sets.values()), split))
+  print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and its run record, run.json")
   return tables
 
 

@@ -1,0 +1,58 @@
+"""Run records (`xtr.evaluation.run_record`) and the numbers the docs quote from them: each table
+that links a record under docs/runs/ holds that record's numbers."""
+import json
+import re
+import subprocess
+
+import pytest
+
+from tests.retrieval_setup import REPO
+from xtr import io
+from xtr.evaluation import run_record
+
+
+def test_a_record_names_the_commit_config_and_data(scifact_slice):
+  record = run_record.record({"ndcg@10": 0.5}, [str(scifact_slice)], "test")
+  head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                        text=True, check=True).stdout.strip()
+  assert record["git_commit"].startswith(head)
+  assert record["results"] == {"ndcg@10": 0.5}
+  assert record["data_sha256"] == {
+      str(scifact_slice / name): io.sha256(str(scifact_slice / name))
+      for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
+  }
+  assert isinstance(record["gin_config"], str) and re.fullmatch(r"\d{4}-\d\d-\d\d", record["date"])
+
+
+def test_outside_a_checkout_there_is_no_commit(tmp_path, monkeypatch):
+  monkeypatch.setattr(run_record, "REPO", tmp_path)
+  assert run_record.git_commit() is None
+
+
+def _tau_table() -> dict[str, list[str]]:
+  """docs/results.md's τ sweep table: {τ: its cells}."""
+  text = (REPO / "docs" / "results.md").read_text()
+  section = text[text.index("### τ sweep"):]
+  rows = [line for line in section.splitlines() if re.match(r"\| [\d.]+ \|", line)]
+  return {row.split("|")[1].strip(): [c.strip() for c in row.split("|")[2:-1]] for row in rows}
+
+
+def test_the_tau_table_holds_its_records_numbers():
+  record = json.loads((REPO / "docs" / "runs" / "alignment_tau_sweep_scifact.json").read_text())
+  models = record["result"]["models"]
+  table = _tau_table()
+  assert [float(t) for t in table] == record["result"]["settings"]["temperatures"]
+  for tau, cells in table.items():
+    xtr, untuned = models[f"XTR τ={tau}"], models[f"untuned backbone τ={tau}"]
+    want = [(f"{m['low_rank']['d→q']['rank1_error']:.3f}" for m in (xtr, untuned)),
+            (f"{m['low_rank']['d→q']['spectrum'][0]:.3f}" for m in (xtr, untuned)),
+            (f"{m['rerank']['d→q']['ndcg@10']:.4f}" for m in (xtr, untuned)),
+            (f"{m['rerank']['d→q per token']['ndcg@10']:.4f}" for m in (xtr, untuned))]
+    assert [c.replace("*", "") for c in cells] == [" / ".join(pair) for pair in want], tau
+
+
+@pytest.mark.parametrize("record", sorted((REPO / "docs" / "runs").glob("*.json")),
+                         ids=lambda p: p.name)
+def test_every_record_is_linked_from_the_docs(record):
+  docs = "".join(p.read_text() for p in [REPO / "README.md", *(REPO / "docs").glob("*.md")])
+  assert f"runs/{record.name}" in docs
