@@ -75,7 +75,7 @@ def test_the_layout_is_the_releases(exported):
   name, encoder, directory = exported
   vocabulary = "spiece.model" if name == "t5" else "vocab.txt"
   assert sorted(str(p.relative_to(directory)) for p in directory.rglob("*")) == sorted([
-      "2_Dense", "2_Dense/config.json", "2_Dense/model.safetensors", "3_Normalize", "config.json",
+      "2_Dense", "2_Dense/config.json", "2_Dense/model.safetensors", "config.json",
       "model.safetensors", "modules.json", "sentence_bert_config.json", "tokenizer_config.json",
       vocabulary
   ])
@@ -89,7 +89,7 @@ def test_the_layout_is_the_releases(exported):
       "activation_function": "torch.nn.modules.linear.Identity"
   }
   modules = json.loads((directory / "modules.json").read_text())
-  assert [m["path"] for m in modules] == ["", "2_Dense", "3_Normalize"]
+  assert [m["path"] for m in modules] == ["", "2_Dense"]
 
 
 def test_xtr_reads_it_back_to_the_same_vectors(exported, t5_spm_path, minilm_dir):

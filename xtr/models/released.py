@@ -18,8 +18,8 @@ MINILM_DIR the directory) configures it; the release's preprocessing (lowercased
 appended) is `xtr.text.tokenization`'s.
 
 `write` puts a model trained here in the same layout (`xtr-export-model`), with the files
-sentence-transformers and PyLate read besides: `modules.json` (Transformer -> 2_Dense ->
-Normalize), `sentence_bert_config.json` and `tokenizer_config.json`.
+sentence-transformers and PyLate read besides: `modules.json` (Transformer -> 2_Dense; the
+reader normalizes), `sentence_bert_config.json` and `tokenizer_config.json`.
 """
 import json
 import os
@@ -164,7 +164,6 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
   os.mkdir(directory)  # FileExistsError if it exists: never written over.
   dense = os.path.join(directory, "2_Dense")
   os.mkdir(dense)
-  os.mkdir(os.path.join(directory, "3_Normalize"))
   tokenizer_config = (dict(tokenizer_class="T5Tokenizer") if is_t5 else dict(
       tokenizer_class="BertTokenizer", do_lower_case=True))
   files = {
@@ -189,10 +188,12 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
   return sorted([*files, "model.safetensors", "2_Dense/model.safetensors", vocabulary])
 
 
-_MODULES = [  # sentence-transformers' modules: token vectors = Normalize(Dense(Transformer(ids)))
+# sentence-transformers' modules: token vectors = Dense(Transformer(ids)), L2-normalized by the
+# reader (xtr, PyLate's ColBERT); a Normalize module would break PyLate, which takes every module
+# after the first for a Dense layer.
+_MODULES = [
     dict(idx=0, name="0", path="", type="sentence_transformers.models.Transformer"),
     dict(idx=1, name="1", path="2_Dense", type="sentence_transformers.models.Dense"),
-    dict(idx=2, name="2", path="3_Normalize", type="sentence_transformers.models.Normalize"),
 ]
 
 
