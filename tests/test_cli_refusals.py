@@ -334,7 +334,7 @@ def test_a_leading_byte_order_mark_is_not_query_text(tmp_path, name, content, ex
 
 
 @pytest.mark.parametrize("name, value", [("batch_size", 0), ("doc_max_length", -1),
-                                         ("query_max_length", 1e9)])
+                                         ("query_max_length", 1e9), ("length_bucket", 0)])
 def test_encoder_lengths_and_batch_size_of_gin_are_refused_naming_the_binding(name, value):
   with pytest.raises(
       ValueError, match=rf"xtr.models.encoding.Encoder.{name} = {value!r}: expected a "

@@ -90,8 +90,9 @@ def fingerprint(params: Any) -> str:
 @gin.configurable
 class Encoder:
   """Encodes texts into token vectors in batches of at most `batch_size` rows, each padded to a
-  power of two (1, 2, 4, ..., batch_size): one compilation per (rows, length) bucket, and a lone
-  query runs one row, not batch_size. Texts are tokenized in Python (`xtr.text.tokenization`)."""
+  power of two (1, 2, 4, ..., batch_size) and cut to a multiple of `length_bucket` tokens: one
+  compilation per (rows, length) bucket, and a lone query runs one row, not batch_size. Texts are
+  tokenized in Python (`xtr.text.tokenization`)."""
 
   def __init__(self, params: Any, model: nn.Module = gin.REQUIRED, vocabulary: Any = gin.REQUIRED,
                query_max_length: int = 32, doc_max_length: int = 256, batch_size: int = 32,
@@ -108,7 +109,8 @@ class Encoder:
       ValueError: naming a length or batch size (a gin binding) that is not a positive integer.
     """
     for name, value in (("query_max_length", query_max_length), ("doc_max_length", doc_max_length),
-                        ("batch_size", batch_size), ("length_bucket", length_bucket or 1)):
+                        ("batch_size", batch_size),
+                        ("length_bucket", 1 if length_bucket is None else length_bucket)):
       if not typecheck.matches(value, int) or value < 1:
         raise ValueError(f"xtr.models.encoding.Encoder.{name} = {value!r}: expected a positive "
                          "integer; check its gin binding.")
