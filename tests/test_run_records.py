@@ -56,3 +56,14 @@ def test_the_tau_table_holds_its_records_numbers():
 def test_every_record_is_linked_from_the_docs(record):
   docs = "".join(p.read_text() for p in [REPO / "README.md", *(REPO / "docs").glob("*.md")])
   assert f"runs/{record.name}" in docs
+
+
+def test_the_demo_numbers_of_the_readme_are_its_records():
+  xtr = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
+  xtr = xtr["results"]["scifact"]["xtr"]
+  readme = " ".join((REPO / "README.md").read_text().split())
+  quoted = re.search(
+      r"`make demo` now scores \*\*([\d.]+)\*\* nDCG@10 \(R@100 ([\d.]+), "
+      r"MRR@10 ([\d.]+); run record", readme)
+  assert quoted.groups() == (f"{xtr['ndcg@10']:.4f}", f"{xtr['recall@100']:.4f}",
+                             f"{xtr['mrr@10']:.4f}")
