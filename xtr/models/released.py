@@ -152,13 +152,13 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
   config = model.backbone.config
   if not isinstance(config, (t5.T5Config, bert.BertConfig)):
     raise ValueError(f"No Hugging Face layout for a {type(config).__name__} backbone.")
+  is_t5 = isinstance(config, t5.T5Config)
   tensors = hf_weights.backbone_to_hf(params["backbone"], config)
-  hidden = config.emb_dim if isinstance(config, t5.T5Config) else config.hidden_size
+  hidden = config.emb_dim if is_t5 else config.hidden_size
   kernel = (np.eye(hidden, dtype=np.float32) if model.embed_dim is None else np.asarray(
       params["projection"]["kernel"], np.float32))
   if not all(np.isfinite(t).all() for t in [*tensors.values(), kernel]):
     raise ValueError("The parameters are not all finite; nothing was written.")
-  is_t5 = isinstance(config, t5.T5Config)
   hf_config = hf_weights.t5_config_to_hf(config) if is_t5 else hf_weights.bert_config_to_hf(config)
   os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
   os.mkdir(directory)  # FileExistsError if it exists: never written over.
