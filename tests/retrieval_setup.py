@@ -12,6 +12,7 @@ import gin
 import jax
 import numpy as np
 
+from xtr import cli
 from xtr.models import encoding
 from xtr.training import checkpoints
 
@@ -74,3 +75,15 @@ def run_tool(module: str, *args: str, stdin: str = "") -> subprocess.CompletedPr
                         text=True, cwd=REPO, env={
                             **env, "XLA_FLAGS": ""
                         })
+
+
+def tool_encoder(model_file: str, checkpoint, *bindings: str) -> encoding.Encoder:
+  """The encoder of `checkpoint` as the tools build it from `model_file` (a gin file) and
+  `bindings`; gin is cleared afterwards."""
+  gin.clear_config()
+  gin.add_config_file_search_path(str(REPO))
+  gin.parse_config_files_and_bindings([str(model_file)], [*cli.ENCODER_BINDINGS, *bindings])
+  try:
+    return encoding.Encoder(encoding.load_params(str(checkpoint)))
+  finally:
+    gin.clear_config()

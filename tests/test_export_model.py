@@ -12,10 +12,7 @@ import torch
 import transformers
 
 from tests import retrieval_setup
-from tests.retrieval_setup import REPO
 from tests.retrieval_setup import run_tool
-from xtr import cli
-from xtr.models import encoding
 from xtr.models import released
 
 TEXTS = [
@@ -43,17 +40,6 @@ def _vocabulary(name, t5_spm_path, minilm_dir, directory=None) -> str:
   return f"MINILM_DIR = '{directory or minilm_dir}'"
 
 
-def _encoder(model_file: str, checkpoint, *bindings: str) -> encoding.Encoder:
-  """The encoder of `checkpoint` as the tools build it from `model_file` and `bindings`."""
-  gin.clear_config()
-  gin.add_config_file_search_path(str(REPO))
-  gin.parse_config_files_and_bindings([model_file], [*cli.ENCODER_BINDINGS, *bindings])
-  try:
-    return encoding.Encoder(encoding.load_params(str(checkpoint)))
-  finally:
-    gin.clear_config()
-
-
 @pytest.fixture(scope="module", params=list(MODELS))
 def exported(request, tmp_path_factory, t5_spm_path, minilm_dir):
   """(name, the trained model's encoder, the exported directory)."""
@@ -68,7 +54,8 @@ def exported(request, tmp_path_factory, t5_spm_path, minilm_dir):
                     f"--gin_bindings={vocabulary}", *[f"--gin_bindings={b}" for b in bindings],
                     f"--checkpoint={root / 'model'}", f"--out={root / 'out'}")
   assert result.returncode == 0, result.stderr
-  return name, _encoder(model_file, root / "model", vocabulary, *bindings), root / "out"
+  return name, retrieval_setup.tool_encoder(model_file, root / "model", vocabulary,
+                                            *bindings), root / "out"
 
 
 def test_the_layout_is_the_releases(exported):
@@ -97,8 +84,9 @@ def test_xtr_reads_it_back_to_the_same_vectors(exported, t5_spm_path, minilm_dir
   model_file, bindings, _ = MODELS[name]
   if name == "minilm_no_projection":  # read back with the identity projection it was given
     bindings = [*bindings[:-1], "xtr_encoder.XTREncoder.embed_dim = 384"]
-  read_back = _encoder(model_file, directory, _vocabulary(name, t5_spm_path, minilm_dir, directory),
-                       *bindings)
+  read_back = retrieval_setup.tool_encoder(model_file, directory,
+                                           _vocabulary(name, t5_spm_path, minilm_dir, directory),
+                                           *bindings)
   ids = encoder.tokenize(TEXTS, 32)
   np.testing.assert_array_equal(read_back.tokenize(TEXTS, 32), ids)
   expected, mask, _ = encoder.encode_ids(ids)

@@ -6,7 +6,6 @@ import os
 import shutil
 import sys
 
-import gin
 import jax
 import numpy as np
 import pytest
@@ -16,9 +15,7 @@ import torch
 import transformers
 
 from tests import retrieval_setup
-from tests.retrieval_setup import REPO
 from tests.retrieval_setup import run_tool
-from xtr import cli
 from xtr.data import beir_files
 from xtr.evaluation import beir_eval
 from xtr.models import encoding
@@ -113,17 +110,8 @@ def _reference(release, texts: list[str], max_length: int) -> tuple[np.ndarray, 
   return batch["input_ids"].numpy(), (vectors * batch["attention_mask"][..., None]).numpy()
 
 
-def _encoder(directory, tiny_gin) -> encoding.Encoder:
-  """The encoder of the released weights as xtr-export builds it."""
-  gin.clear_config()
-  gin.add_config_file_search_path(str(REPO))
-  gin.parse_config_files_and_bindings([str(tiny_gin)],
-                                      [*cli.ENCODER_BINDINGS, f"CHECKPOINT = '{directory}'"])
-  return encoding.Encoder(encoding.load_params(str(directory)))
-
-
 def test_token_vectors_equal_those_of_transformers_and_torch(release, tiny_gin, scifact_dir):
-  encoder = _encoder(release[0], tiny_gin)
+  encoder = retrieval_setup.tool_encoder(tiny_gin, release[0], f"CHECKPOINT = '{release[0]}'")
   assert (encoder.query_max_length, encoder.doc_max_length) == (32, 512)
   assert encoder.tokenizer.path == str(release[0] / "spiece.model")
   with open(scifact_dir / "corpus.jsonl", "rb") as f:

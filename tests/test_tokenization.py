@@ -139,40 +139,34 @@ def test_bert_rejects_a_cased_tokenizer(minilm_dir, tmp_path):
     tokenization.WordPiece(tmp_path / "tokenizer.json")
 
 
+def _wordpiece_json(vocab: dict) -> bytes:
+  """An uncased BERT tokenizer.json holding `vocab`."""
+  return json.dumps({
+      "normalizer": {
+          "type": "BertNormalizer",
+          "lowercase": True
+      },
+      "model": {
+          "type": "WordPiece",
+          "vocab": vocab
+      }
+  }).encode()
+
+
 @pytest.mark.parametrize("name, content, message", [
     ("spiece.model", b"\x00\x01forged", "is not a SentencePiece model \\(Error parsing message"),
     ("spiece.model", b"", r"is not a SentencePiece model \(it holds no pieces\)"),
     ("tokenizer.json", b"{forged", "is not an uncased BERT WordPiece tokenizer.json"),
     ("tokenizer.json", b'{"model": 3}', "is not an uncased BERT WordPiece tokenizer.json"),
     ("tokenizer.json", b"[]", "is not an uncased BERT WordPiece tokenizer.json"),
-    ("tokenizer.json",
-     json.dumps({
-         "normalizer": {
-             "type": "BertNormalizer",
-             "lowercase": True
-         },
-         "model": {
-             "type": "WordPiece",
-             "vocab": {
-                 "[PAD]": 0,
-                 "a": "1"
-             }
-         }
-     }).encode(), "is not an uncased BERT WordPiece tokenizer.json"),
-    ("tokenizer.json",
-     json.dumps({
-         "normalizer": {
-             "type": "BertNormalizer",
-             "lowercase": True
-         },
-         "model": {
-             "type": "WordPiece",
-             "vocab": {
-                 "[PAD]": 0,
-                 "a": 2
-             }
-         }
-     }).encode(), "the ids of model.vocab are not 0 to 1, once each"),
+    ("tokenizer.json", _wordpiece_json({
+        "[PAD]": 0,
+        "a": "1"
+    }), "is not an uncased BERT WordPiece tokenizer.json"),
+    ("tokenizer.json", _wordpiece_json({
+        "[PAD]": 0,
+        "a": 2
+    }), "the ids of model.vocab are not 0 to 1, once each"),
     ("vocab.txt", b"[PAD]\n\xff\xfe\n", "is not a WordPiece vocabulary: invalid UTF-8 at byte 7"),
     ("vocab.txt", b"[PAD]\nthe\n[UNK]\n", r"lacks the special tokens \['\[CLS\]', '\[SEP\]'\]"),
 ])
