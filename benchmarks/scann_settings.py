@@ -51,7 +51,7 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str
     leaves = setting.pop("leaves")
     config = scann.ScannConfig(**setting)
     start = time.perf_counter()
-    built, built_settings = scann.build(vectors, config)
+    built, built_settings = scann.build(lambda: [vectors], len(vectors), config)
     build_s = time.perf_counter() - start
     for leaves_to_search in leaves:
       found, scores = scann_search.search(built.searcher, tokens, K_PRIME, config.reorder_k,

@@ -84,6 +84,11 @@ def test_pruned_index_holds_each_documents_most_salient_tokens(aligner_indexes):
   np.testing.assert_allclose(scores, reference, rtol=1e-5, atol=1e-6)
   offsets = np.concatenate([[0], np.cumsum([len(u) for u in saliences])])
   assert set((offsets[docs] + positions).ravel()) <= set(expected)
+  # So does token retrieval on the device (float32: the same numbers).
+  gin.bind_parameter("xtr.index.device.DeviceConfig.dtype", "float32")
+  for got, want in zip(pruned.search_tokens(queries, 7, "device"), (scores, docs, positions)):
+    np.testing.assert_allclose(got, want, atol=1e-6)
+  gin.clear_config()
 
 
 def test_aligner_refinement_of_every_document_ranks_as_exact_sparse_alignment(

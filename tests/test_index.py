@@ -4,6 +4,7 @@ Most tests use small integer-valued vectors: their dot products are exact in flo
 vectors exact in float16), so exact search must match numpy bit for bit, ties included.
 """
 import dataclasses
+import itertools
 import math
 import os
 import pathlib
@@ -246,10 +247,12 @@ def test_fan_out_over_shards_equals_single_index(tmp_path):
   reader.check_compatible(sharded.manifest, 32, FINGERPRINT)
   rng = np.random.default_rng(1)
   queries = rng.integers(-8, 9, (20, 32)).astype(np.float32)
-  for k_prime in (7, 200):
-    for got, expected in zip(sharded.search_tokens(queries, k_prime, "bruteforce"),
+  gin.bind_parameter("xtr.index.device.DeviceConfig.dtype", "float32")
+  for k_prime, searcher in itertools.product((7, 200), ("bruteforce", "device")):
+    for got, expected in zip(sharded.search_tokens(queries, k_prime, searcher),
                              _numpy_search(queries, docs, k_prime)):
       np.testing.assert_array_equal(got, expected)
+  gin.clear_config()
   wanted = [22, 0, 13, 10, 9, 5, 14, 3, 22] + list(range(23))  # across shards, out of order
   for got, doc in zip(sharded.doc_vectors(wanted), wanted):
     np.testing.assert_array_equal(got, docs[doc])
@@ -335,7 +338,8 @@ def test_an_index_without_vectors_searches_as_the_stored_one(tmp_path):
   for got, expected in zip(index.search(queries, 10),
                            reader.open_index(str(tmp_path / "stored")).search(queries, 10)):
     np.testing.assert_array_equal(got, expected)
-  for refused in (lambda: index.doc_vectors([0]), lambda: index.search(queries, 10, "bruteforce")):
+  for refused in (lambda: index.doc_vectors([0]), lambda: index.search(queries, 10, "bruteforce"),
+                  lambda: index.search(queries, 10, "device")):
     with pytest.raises(ValueError, match="exported with --store_vectors=none"):
       refused()
   with pytest.raises(ValueError, match="--store_vectors=none: it has no token vectors"):

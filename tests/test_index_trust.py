@@ -440,7 +440,7 @@ def test_scann_logs_go_to_the_debug_log_and_to_stderr_only_on_failure(capfd, mon
   debug = []
   monkeypatch.setattr(scann.logging, "debug", lambda *args: debug.append(args[0] % args[1:]))
   vectors = np.random.default_rng(0).normal(size=(4096, 16)).astype(np.float32)
-  scann.build(vectors, scann.ScannConfig())
+  scann.build(lambda: [vectors], len(vectors), scann.ScannConfig())
   assert capfd.readouterr().err == ""
   assert "training partition" in debug[0]  # ScaNN's C++ log: the k-means sample size.
 
@@ -450,7 +450,7 @@ def test_scann_logs_go_to_the_debug_log_and_to_stderr_only_on_failure(capfd, mon
 
   monkeypatch.setattr(scann, "_build", failing)
   with pytest.raises(RuntimeError, match="ScaNN failed"):
-    scann.build(vectors, scann.ScannConfig())
+    scann.build(lambda: [vectors], len(vectors), scann.ScannConfig())
   assert capfd.readouterr().err == "native line\n"
 
 

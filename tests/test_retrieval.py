@@ -24,9 +24,10 @@ from xtr.scoring import search_scores
 from xtr.text import tokenization
 
 
-def _search(exported, scifact_slice, config):
+def _search(exported, scifact_slice, config, bindings=()):
   model_dir, index_dir = exported
   gin.clear_config()
+  gin.parse_config(bindings)
   token_index = reader.open_index(str(index_dir))
   encoder = model_spec.encoder(token_index.manifest["model"], str(index_dir),
                                encoding.load_params(str(model_dir)), str(model_dir),
@@ -85,6 +86,26 @@ def test_batched_search_ranks_as_one_query_at_a_time(exported, scifact_slice, mo
     np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-6)
     for (doc_a, score_a), (doc_b, _) in zip(a, b):
       assert doc_a == doc_b or sum(abs(score - score_a) < 1e-6 for _, score in a) > 1
+
+
+@pytest.mark.parametrize("scoring", ["xtr", "colbert"])
+def test_device_searcher_ranks_as_brute_force(exported, scifact_slice, scoring):
+  """Float32 vectors resident on 8 simulated devices: token retrieval and (for xtr) f_XTR' on
+  the devices give brute force's rankings; bfloat16 ones their top documents."""
+  config = ranker.SearchConfig(top_k=10, k_prime=40, scoring=scoring)
+  _, _, brute = _search(exported, scifact_slice, dataclasses.replace(config, searcher="bruteforce"))
+  for dtype, tolerance in (("float32", 1e-5), ("bfloat16", 2e-2)):
+    _, token_index, on_device = _search(exported, scifact_slice,
+                                        dataclasses.replace(config, searcher="device"),
+                                        [f"xtr.index.device.DeviceConfig.dtype = '{dtype}'"])
+    assert len(token_index.on_device()._vectors.sharding.device_set) == 8  # pylint: disable=protected-access
+    for a, b in zip(brute.rankings, on_device.rankings):
+      np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=tolerance)
+      if dtype == "float32":
+        assert [d for d, _ in a] == [d for d, _ in b]
+      else:
+        assert a[0][0] == b[0][0] or abs(a[0][1] - a[1][1]) < tolerance
+  gin.clear_config()
 
 
 def test_colbert_refinement_compiles_per_document_bucket_not_per_query_length(

@@ -295,8 +295,11 @@ def define_search_flags(scoring_only: str | None = None) -> Callable[[], ranker.
   prune_query = define_fraction(
       "prune_query", None, "β_q: only the ⌈β_q·n⌉ most salient query tokens retrieve tokens (a "
       "model with salience heads). Default: all of them.")
-  searcher = flags.DEFINE_enum("searcher", defaults.searcher, ("scann", "bruteforce"),
-                               "Token retrieval: the ScaNN index or exact brute force.")
+  searcher = flags.DEFINE_enum(
+      "searcher", defaults.searcher, reader.SEARCHERS,
+      "Token retrieval: the ScaNN index; exact brute force streamed from the host; or the "
+      "stored vectors resident on the accelerator (device; settings in gin: "
+      "device.DeviceConfig.dtype, .recall_target).")
   leaves_to_search = define_count(
       "leaves_to_search", None, "ScaNN partitions searched per query token (default: the "
       "index's, as built; more is slower and closer to exact; more than the index has searches "

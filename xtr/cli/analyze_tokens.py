@@ -34,7 +34,7 @@ _INDEX_FLAGS = cli.IndexFlags()
 _K = cli.define_count(
     "k", 1000, "Ranks analyzed: document tokens retrieved per query token (at "
     "most the tokens of the index's token retrieval).")
-_SEARCHER = flags.DEFINE_enum("searcher", "scann", ("scann", "bruteforce"), "Token searcher.")
+_SEARCHER = flags.DEFINE_enum("searcher", "scann", reader.SEARCHERS, "Token searcher.")
 _LABEL = flags.DEFINE_string("label", "model", "The model's name in the JSON and the plot.")
 _OUT = flags.DEFINE_string("out", None, "JSON of the curves to write.")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of the curves to write (optional).")

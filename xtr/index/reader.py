@@ -12,10 +12,13 @@ from typing import Any
 import numpy as np
 
 from xtr import io
+from xtr.index import device
 from xtr.index import exact
 from xtr.index import files
 from xtr.index import scann_search
 from xtr.index import verify as verify_lib
+
+SEARCHERS = ("scann", "bruteforce", "device")  # Token retrieval: `TokenIndex.search_tokens`.
 
 
 class _Shard:
@@ -172,14 +175,22 @@ class _Shard:
   def search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none);
     over the tokens ScaNN indexes (all, or those kept by pruning)."""
+    scores, rows = exact.search(self.retrieval_chunks(), queries, k)
+    return scores, self._unpruned(rows)
+
+  def retrieval_chunks(self) -> list[np.ndarray]:
+    """The vectors [T_c', D] of the tokens that token retrieval holds, per chunk: all of them
+    (memory-mapped), or with pruning the kept ones (copies), in token order."""
     chunks = self._chunks()
     if self._scann_tokens is None:
-      return exact.search(chunks, queries, k)
+      return chunks
     offsets = np.cumsum([0] + [len(c) for c in chunks])
     chunk_of = np.searchsorted(offsets, self._scann_tokens, side="right") - 1
-    kept = [chunks[c][self._scann_tokens[chunk_of == c] - offsets[c]] for c in range(len(chunks))]
-    scores, rows = exact.search(kept, queries, k)
-    return scores, self._unpruned(rows)
+    return [chunks[c][self._scann_tokens[chunk_of == c] - offsets[c]] for c in range(len(chunks))]
+
+  def retrieval_locations(self) -> tuple[np.ndarray, np.ndarray]:
+    """(local doc [T'] int32, position [T'] int32) of each token that token retrieval holds."""
+    return self.locate(self._unpruned(np.arange(self.num_indexed_tokens)))
 
   def _unpruned(self, rows: np.ndarray) -> np.ndarray:
     """Rows of the token-retrieval index (-1 = none) -> token indices of the shard."""
@@ -235,6 +246,7 @@ class TokenIndex:
     self.scann_bytes = sum(files.scann_bytes(s.manifest) for s in shards)  # token retrieval
     self.has_salience = shards[0].has_salience
     self.has_vectors = shards[0].has_vectors
+    self._device = None  # device.DeviceTokens, loaded by `on_device`.
 
   def verify(self) -> None:
     """Raises DamagedIndexError naming any file whose sha256 differs from the manifest's."""
@@ -249,6 +261,17 @@ class TokenIndex:
     """Verifies and loads every shard's ScaNN searcher now rather than at the first search."""
     for shard in self._shards:
       shard.load_scann()
+
+  def on_device(self) -> device.DeviceTokens:
+    """The tokens of token retrieval (every shard's) resident on the local devices, with their
+    global docs and positions; loaded on first use with the gin-configured `DeviceConfig`."""
+    if self._device is None:
+      locations = [shard.retrieval_locations() for shard in self._shards]
+      docs = np.concatenate([d + start for (d, _), start in zip(locations, self._doc_starts)])
+      positions = np.concatenate([p for _, p in locations])
+      chunks = [c for shard in self._shards for c in shard.retrieval_chunks()]
+      self._device = device.DeviceTokens(chunks, docs, positions, device.DeviceConfig())
+    return self._device
 
   def doc_vectors(self, doc_indices: Sequence[int]) -> list[np.ndarray]:
     """All token vectors of the given (global) docs: one [len_i, D] float32 array per doc."""
@@ -291,7 +314,8 @@ class TokenIndex:
     Args:
       query_vectors: [Q, D] float32 query token vectors.
       k_prime: tokens to retrieve per query token.
-      searcher: "scann" (approximate, as built) or "bruteforce" (exact, JAX).
+      searcher: "scann" (approximate, as built), "bruteforce" (exact, JAX, streamed from the
+        host) or "device" (`on_device`: resident in device memory).
       leaves_to_search: ScaNN partitions searched per query token (None: as built; more is
         slower and closer to exact).
       threads: ScaNN threads the query tokens are spread over (1: this thread only).
@@ -307,12 +331,14 @@ class TokenIndex:
                        f"{self.path}: index dim {self.dim} vs query dim {queries.shape[-1]}")
     if k_prime < 1:
       raise ValueError(f"k_prime must be positive, got {k_prime}")
+    if searcher not in SEARCHERS:
+      raise ValueError(f"searcher must be one of {SEARCHERS}, got {searcher!r}")
+    if searcher == "device":
+      return tuple(np.asarray(a) for a in self.on_device().search(queries, k_prime))
     searchers = {
         "scann": lambda shard: shard.search_scann(queries, k_prime, leaves_to_search, threads),
         "bruteforce": lambda shard: shard.search_exact(queries, k_prime)
     }
-    if searcher not in searchers:
-      raise ValueError(f"searcher must be one of {list(searchers)}, got {searcher!r}")
     results = [(scores, *shard.locate(tokens))
                for shard in self._shards
                for scores, tokens in [searchers[searcher](shard)]]

@@ -8,6 +8,8 @@ partitioner, codebooks and hashed dataset differ from run to run), and ScaNN tra
 thread (`ScannConfig.training_threads`): with several, a token at a near tie between two
 partitions may land in either (measured: 1 of SciFact's 1,242,251 tokens, in one of three builds).
 """
+from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Iterator
 import contextlib
 import dataclasses
@@ -26,6 +28,7 @@ from xtr import io
 from xtr.index import files
 
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
+UPSERT_ROWS = 65536  # Tokens converted to float32 and added to ScaNN at a time.
 
 
 @gin.configurable
@@ -46,7 +49,8 @@ class ScannConfig:
     leaves_factor: partitions per sqrt(T) tokens (more, smaller partitions: each searched leaf
       holds fewer tokens).
     num_leaves_to_search: partitions searched per query token.
-    training_sample_size: tokens sampled to train the partitions.
+    training_sample_size: tokens sampled (seeded) to train the partitions and the AH codebooks;
+      every token is then added to the trained searcher chunk by chunk (`build`).
     dims_per_block: dimensions per AH block: 1 (ScaNN codes of 128 bytes per 128-d token), 2 or
       4 (64 or 32 bytes, faster and less accurate: docs/performance.md).
     hash_type: "lut16" (16 centers per block, searched with in-register lookup tables) or
@@ -89,12 +93,68 @@ def settings(config: ScannConfig, num_tokens: int) -> dict[str, Any]:
   }
 
 
-def build(vectors: np.ndarray,
+def build(chunks: Callable[[], Iterable[np.ndarray]], num_tokens: int,
           config: ScannConfig) -> tuple[scann_ops_pybind.ScannSearcher, dict[str, Any]]:
-  """vectors: [T, D] float32 -> (ScaNN dot-product searcher, its `settings` as built)."""
-  built = settings(config, len(vectors))
+  """Builds a ScaNN dot-product searcher over token vectors streamed chunk by chunk.
+
+  ScaNN is trained on a seeded sample of `training_sample_size` tokens (the k-means tree on all
+  of it, AH codebooks on ScaNN's own sub-sample), then every token is upserted in blocks of
+  `UPSERT_ROWS` in token order: row t of the searcher is token t. Peak memory is the sample,
+  one block as float32 and ScaNN's codes, not the float32 corpus (MS MARCO's 600M tokens of
+  dim 128 would be 307 GB).
+
+  Args:
+    chunks: returns a new iterator over the tokens' vectors, [T_c, D] arrays (float16 or float32,
+      e.g. memory-mapped) in token order; called twice (sample, then upserts).
+    num_tokens: T, the total rows of the chunks.
+
+  Returns:
+    (searcher, its `settings` as built).
+  """
+  built = settings(config, num_tokens)
+  sample_rows = _sample_rows(num_tokens, built["training_sample_size"])
   with _native_log_captured():
-    return _build(vectors, config, built), built
+    searcher = _build(_gather_rows(chunks(), sample_rows), config, built)
+    if len(sample_rows) < num_tokens:
+      _upsert_all(searcher, chunks(), len(sample_rows), num_tokens)
+  return searcher, built
+
+
+def _sample_rows(num_tokens: int, size: int) -> np.ndarray:
+  """[size] int64 increasing rows of a seeded sample of the T tokens (all of them if T <= size,
+  and then nothing is upserted)."""
+  if size >= num_tokens:
+    return np.arange(num_tokens)
+  return np.sort(np.random.default_rng(0).choice(num_tokens, size, replace=False))
+
+
+def _gather_rows(chunks: Iterable[np.ndarray], rows: np.ndarray) -> np.ndarray:
+  """rows [S] increasing -> [S, D] float32 vectors of those rows of the chunks' concatenation."""
+  parts, start = [], 0
+  for chunk in chunks:
+    stop = start + len(chunk)
+    local = rows[np.searchsorted(rows, start):np.searchsorted(rows, stop)] - start
+    parts.append(np.asarray(chunk[local], np.float32))
+    start = stop
+  return np.concatenate(parts)
+
+
+def _upsert_all(searcher: scann_ops_pybind.ScannSearcher, chunks: Iterable[np.ndarray],
+                num_sampled: int, num_tokens: int) -> None:
+  """Overwrites the searcher's rows 0..S-1 (the sample) with tokens 0..S-1 and appends the
+  others, in token order, UPSERT_ROWS at a time."""
+  native = searcher.searcher
+  native.reserve(num_tokens)
+  start = 0
+  for chunk in chunks:
+    for offset in range(0, len(chunk), UPSERT_ROWS):
+      block = np.asarray(chunk[offset:offset + UPSERT_ROWS], np.float32)
+      first = start + offset
+      overwritten = list(range(first, min(first + len(block), num_sampled)))
+      native.upsert(overwritten + [None] * (len(block) - len(overwritten)), block, len(block))
+    start += len(chunk)
+  if native.size() != num_tokens:
+    raise RuntimeError(f"ScaNN holds {native.size()} tokens after its upserts, not {num_tokens}.")
 
 
 def _build(vectors: np.ndarray, config: ScannConfig,
@@ -105,7 +165,7 @@ def _build(vectors: np.ndarray, config: ScannConfig,
     return builder.score_brute_force().build()
   # k-means++ initialisation is seeded; ScaNN's random initialisation is not (non-deterministic).
   builder = builder.tree(built["num_leaves"], built["num_leaves_to_search"],
-                         training_sample_size=built["training_sample_size"], random_init=False)
+                         training_sample_size=len(vectors), random_init=False)
   builder = builder.score_ah(
       config.dims_per_block,
       anisotropic_quantization_threshold=config.anisotropic_quantization_threshold,

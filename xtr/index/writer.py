@@ -11,6 +11,7 @@ Pruning (ALIGNER §3.2): with `prune_doc` = β_d, ScaNN indexes only the top ⌈
 document by salience (`salience.kept`); the chunks keep every token vector, for refinement.
 `reprune` writes another pruning of a complete index without re-encoding: it links the chunks.
 """
+from collections.abc import Iterator
 from collections.abc import Sequence
 import hashlib
 import json
@@ -275,9 +276,9 @@ class IndexWriter:
   def finalize(self, scann_config: scann.ScannConfig | None = None) -> dict[str, Any]:
     """Checks the chunks, builds ScaNN and writes doc ids, offsets and (last) the manifest.
 
-    ScaNN is built over all T tokens in memory: a float32 [T, D] copy (4 * T * D bytes, e.g.
-    0.8 GB for 1.5M tokens of dim 128), and ScaNN's build peaks at two more of its own, so
-    plan ~12 * T * D bytes (10M tokens of dim 128: ~15 GB); shard larger corpora.
+    ScaNN is trained on a sample of the tokens and then fed the chunks from disk
+    (`scann.build`): the build holds the sample, one block of tokens as float32 and ScaNN's
+    codes (dim bytes per token with the default 1 dimension per block), not the corpus.
 
     Returns:
       The manifest.
@@ -298,21 +299,14 @@ class IndexWriter:
     lengths = [n for meta in metas for n in meta["doc_lengths"]]
     if not sum(lengths):
       raise ValueError(f"{self.out_dir}: no document tokens were written")
-    vectors = np.concatenate([
-        files.load_npy(
-            files.chunk_files(self.out_dir, i)["vectors"],
-            (c["num_tokens"], self.settings["dim"]), self.settings["dtype"])
-        for i, c in enumerate(chunks)
-    ], dtype=np.float32)
     indexed = self._indexed_tokens(chunks, lengths)
+    num_indexed = sum(lengths) if indexed is None else len(indexed)
     if indexed is not None:
-      vectors = vectors[indexed]
       path = os.path.join(self.out_dir, files.SCANN_TOKENS)
       files.write_npy(path, indexed)
       listed[files.SCANN_TOKENS] = files.record(path)
-    searcher, scann_settings = scann.build(vectors, scann_config)
-    num_indexed = len(vectors)
-    del vectors
+    searcher, scann_settings = scann.build(lambda: self._indexed_vectors(chunks, indexed),
+                                           num_indexed, scann_config)
     listed.update(scann.write(searcher, self.out_dir))
     doc_ids = [doc_id for meta in metas for doc_id in meta["doc_ids"]]
     doc_ids_path = os.path.join(self.out_dir, files.DOC_IDS)
@@ -346,6 +340,23 @@ class IndexWriter:
       raise files.DamagedIndexError(f"{path} is damaged: its sha256 differs from the model's "
                                     "vocabulary. " + verify.repair_hint(self.out_dir))
     return {vocab["path"]: record}
+
+  def _indexed_vectors(self, chunks: list[dict[str, Any]],
+                       indexed: np.ndarray | None) -> Iterator[np.ndarray]:
+    """Yields each chunk's token vectors [T_c, D], or with `indexed` (the kept tokens' indices
+    [T_kept], increasing) its kept rows. Each chunk is memory-mapped while it is read and
+    unmapped after, so that the corpus's pages do not stay in this process's memory."""
+    start = 0
+    for i, chunk in enumerate(chunks):
+      vectors = files.load_npy(
+          files.chunk_files(self.out_dir, i)["vectors"],
+          (chunk["num_tokens"], self.settings["dim"]), self.settings["dtype"])
+      stop = start + len(vectors)
+      if indexed is not None:
+        vectors = vectors[indexed[np.searchsorted(indexed, start):np.searchsorted(indexed, stop)] -
+                          start]
+      yield vectors
+      start = stop
 
   def _indexed_tokens(self, chunks: list[dict[str, Any]], lengths: list[int]) -> np.ndarray | None:
     """[T_kept] int64: the tokens ScaNN indexes after pruning (None: all of them)."""

@@ -45,7 +45,9 @@ class SearchConfig:
     scoring: a search scoring of `registry.SCORINGS` (see the module docstring).
     impute: f_XTR''s score for query tokens that retrieved nothing of a document:
       "top_k_prime" (the paper's m_i), "zero", a finite float, or "none".
-    searcher: "scann" (the index's ScaNN searcher) or "bruteforce" (exact token retrieval).
+    searcher: "scann" (the index's ScaNN searcher), "bruteforce" (exact token retrieval) or
+      "device" (exact or `approx_max_k` retrieval from vectors resident on the accelerator,
+      `xtr.index.device`; with scoring "xtr", f_XTR' runs there too).
     alignment: the sparse alignment of "aligner" refinement.
     prune_query: β_q in (0, 1]: only the most salient ⌈β_q·n⌉ query tokens retrieve tokens
       (None: all of them); needs a model with salience heads.
@@ -121,7 +123,8 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
   if not registry.SCORINGS[config.scoring].retrieves:
     q, q_mask, _ = _encode_queries(encoder, token_ids)
     return dataclasses.replace(_exhaustive(token_index, q, q_mask, config), unknown_only=unknown)
-  if config.scoring == "xtr" and config.threads > 1 and not encode_alone:
+  if config.scoring == "xtr" and (config.threads > 1 or
+                                  config.searcher == "device") and not encode_alone:
     batched = _search_batches(token_index, *_encode_queries(encoder, token_ids), config, progress)
     return dataclasses.replace(batched, unknown_only=unknown)
   encoded = _encoded_one_by_one(encoder, token_ids) if encode_alone else zip(
@@ -192,8 +195,8 @@ def check_index(config: SearchConfig, token_index: reader.TokenIndex) -> None:
     return
   for flag, value, needs_vectors in (("scoring", config.scoring,
                                       registry.SCORINGS[config.scoring].needs_vectors),
-                                     ("searcher", config.searcher,
-                                      config.searcher == "bruteforce")):
+                                     ("searcher", config.searcher, config.searcher
+                                      in ("bruteforce", "device"))):
     if needs_vectors:
       raise ValueError(f"--{flag}={value} needs the token vectors, but the index at "
                        f"{token_index.path} was exported with --store_vectors=none: use "
@@ -224,12 +227,29 @@ def _xtr_top(token_scores: np.ndarray, token_docs: np.ndarray,
       *scoring_lib.f_xtr_prime(token_scores, token_docs, impute=config.impute), config.top_k)
 
 
+def _device_xtr_top(token_index: reader.TokenIndex, q: np.ndarray, retrieving: np.ndarray,
+                    config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
+  """Queries (q [Q, n, D], retrieving [Q, n]) -> their top_k (doc_index, scores) [Q, top_k] by
+  f_XTR', token retrieval and scoring on the device; all n rows are searched (static shapes),
+  the rows that do not retrieve are masked out of the scores."""
+  num_queries, n, dim = q.shape
+  scores, docs, _ = token_index.on_device().search(q.reshape(num_queries * n, dim), config.k_prime)
+  k_prime = scores.shape[1]
+  doc_index, top_scores = scoring_lib.f_xtr_prime_top(scores.reshape(num_queries, n, k_prime),
+                                                      docs.reshape(num_queries, n, k_prime),
+                                                      retrieving, config.impute, config.top_k)
+  return np.asarray(doc_index), np.asarray(top_scores)
+
+
 def rank_batch(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
                config: SearchConfig) -> list[tuple[np.ndarray, np.ndarray]]:
   """Queries (q [Q, n, D], q_mask [Q, n], u_q [Q, n]) -> `rank` of each, by f_XTR': one token
   retrieval of all their retrieving tokens over `config.threads` threads, then f_XTR' of the
-  queries on as many threads (numpy's sort releases the GIL)."""
+  queries on as many threads (numpy's sort releases the GIL); with the device searcher, both
+  on the device."""
   retrieving = [_retrieving(mask, u, config) for mask, u in zip(q_mask, u_q)]
+  if config.searcher == "device":
+    return list(zip(*_device_xtr_top(token_index, q, np.stack(retrieving), config)))
   token_scores, token_docs = token_index.search(q[np.stack(retrieving)], config.k_prime,
                                                 config.searcher, config.leaves_to_search,
                                                 config.threads)
@@ -243,6 +263,10 @@ def rank(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q:
          config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
   """One query (q [n, D], q_mask [n], saliences u_q [n]) -> its top_k (doc_index [top_k],
   scores [top_k])."""
+  if config.scoring == "xtr" and config.searcher == "device":
+    doc_index, scores = _device_xtr_top(token_index, q[None],
+                                        _retrieving(q_mask, u_q, config)[None], config)
+    return doc_index[0], scores[0]
   token_scores, token_docs = _retrieve(token_index, q, q_mask, u_q, config)
   if config.scoring == "xtr":
     return _xtr_top(token_scores, token_docs, config)

@@ -111,6 +111,75 @@ def f_xtr_prime(token_scores: np.ndarray, token_doc_ids: np.ndarray,
   return candidates, ((imputed.sum() + gains) / max(n, 1)).astype(np.float32)
 
 
+@functools.partial(jax.jit, static_argnames=("impute", "top_k"))
+def f_xtr_prime_top(token_scores: jax.Array, token_doc_ids: jax.Array, query_mask: jax.Array,
+                    impute: Impute, top_k: int) -> tuple[jax.Array, jax.Array]:
+  """`f_xtr_prime` then `top_candidates` of Q queries in XLA, for retrievals left on the device.
+
+  The same algorithm with static shapes: a query's M = n·k' retrieved tokens sorted by
+  (document, query token, rank), each (document, token) run's first entry is its max; runs are
+  summed into per-document segments (at most M), whose top_k are returned.
+
+  Args:
+    token_scores: [Q, n, k'] float32, descending per row.
+    token_doc_ids: [Q, n, k'] int32 document of each (-1 = none, at the end of its row).
+    query_mask: [Q, n] bool, the query tokens that count (rows of the others are ignored).
+    impute: as `f_xtr_prime`'s.
+    top_k: documents returned per query.
+
+  Returns:
+    doc_ids [Q, top_k] int32 by decreasing score, ties to the lower doc id, -1 past the
+    candidates; scores [Q, top_k] float32, -inf where doc_ids is -1.
+  """
+  one_query = functools.partial(_f_xtr_prime_top, impute=impute, top_k=top_k)
+  return jax.vmap(one_query)(token_scores, token_doc_ids, query_mask)
+
+
+def _f_xtr_prime_top(token_scores: jax.Array, token_doc_ids: jax.Array, query_mask: jax.Array,
+                     impute: Impute, top_k: int) -> tuple[jax.Array, jax.Array]:
+  """`f_xtr_prime_top` of one query: [n, k'] retrieval, [n] mask -> [top_k] docs and scores."""
+  n, k_prime = token_scores.shape
+  none = jnp.iinfo(jnp.int32).max  # Sorts after every document.
+  valid = (token_doc_ids >= 0) & query_mask[:, None]
+  docs = jnp.where(valid, token_doc_ids, none).ravel()
+  token = jnp.broadcast_to(jnp.arange(n)[:, None], (n, k_prime)).ravel()
+  rank = jnp.broadcast_to(jnp.arange(k_prime)[None], (n, k_prime)).ravel()
+  docs, token, rank, scores = jax.lax.sort((docs, token, rank, token_scores.ravel()), num_keys=3)
+  new_doc = jnp.concatenate([jnp.array([True]), docs[1:] != docs[:-1]])
+  new_pair = new_doc | jnp.concatenate([jnp.array([True]), token[1:] != token[:-1]])
+  first = new_pair & (docs != none)  # The best entry of each (document, query token).
+  segment = jnp.cumsum(new_doc) - 1
+  total = lambda x: jax.ops.segment_sum(x, segment, num_segments=n * k_prime)
+  segment_doc = jnp.full(n * k_prime, none).at[segment].min(docs)
+  if impute == "none":
+    doc_scores = total(jnp.where(first, scores, 0.0)) / jnp.maximum(
+        total(first.astype(jnp.float32)), 1)
+  else:
+    imputed = _imputed_scores_xla(token_scores, valid, impute) * query_mask
+    gains = total(jnp.where(first, scores - imputed[token], 0.0))
+    doc_scores = (imputed.sum() + gains) / jnp.maximum(query_mask.sum(), 1)
+  doc_scores = jnp.where(segment_doc != none, doc_scores, -jnp.inf)
+  top_scores, where = jax.lax.top_k(doc_scores, min(top_k, n * k_prime))
+  top_docs = jnp.where(top_scores > -jnp.inf, segment_doc[where], -1)
+  missing = (0, top_k - top_scores.shape[0])
+  return (jnp.pad(top_docs, missing,
+                  constant_values=-1), jnp.pad(top_scores, missing, constant_values=-jnp.inf))
+
+
+def _imputed_scores_xla(token_scores: jax.Array, valid: jax.Array, impute: Impute) -> jax.Array:
+  """`_imputed_scores` in XLA: [n, k'] scores and validity -> m_i [n] float32."""
+  if impute == "top_k_prime":
+    last = valid.sum(axis=1) - 1
+    return jnp.where(last >= 0,
+                     jnp.take_along_axis(token_scores,
+                                         jnp.maximum(last, 0)[:, None], axis=1)[:, 0], 0.0)
+  if impute == "zero":
+    return jnp.zeros(token_scores.shape[0], jnp.float32)
+  if isinstance(impute, (int, float)) and not isinstance(impute, bool):
+    return jnp.full(token_scores.shape[0], impute, jnp.float32)
+  raise ValueError(f"impute must be one of {_IMPUTE_MODES} or a float, got {impute!r}.")
+
+
 def top_candidates(doc_ids: np.ndarray, scores: np.ndarray,
                    k: int) -> Tuple[np.ndarray, np.ndarray]:
   """The k best of one query's M candidates (doc_ids [M] increasing, scores [M]).

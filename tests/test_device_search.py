@@ -1,0 +1,115 @@
+"""`--searcher=device`: token vectors resident on (8 simulated) devices, sharded over tokens,
+against exact search on the host (`xtr.index.exact`), and f_XTR' on the device against the
+numpy f_XTR' of `xtr.scoring.search_scores`."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from xtr.index import device
+from xtr.index import exact
+from xtr.scoring import search_scores
+
+
+def _corpus(num_tokens: int, dim: int = 16, seed: int = 0):
+  """Unit token vectors in uneven chunks, each token's doc (10 tokens per doc) and position."""
+  rng = np.random.default_rng(seed)
+  vectors = rng.normal(size=(num_tokens, dim)).astype(np.float32)
+  vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+  chunks = np.split(vectors, [num_tokens // 3, num_tokens // 3 + 7])
+  tokens = np.arange(num_tokens, dtype=np.int32)
+  queries = rng.normal(size=(9, dim)).astype(np.float32)
+  return chunks, tokens // 10, tokens % 10, queries
+
+
+def _located(tokens: np.ndarray, docs: np.ndarray, positions: np.ndarray):
+  """Exact search's token indices [Q, k] (-1 = none) -> (doc, position) [Q, k], -1 for none."""
+  found = tokens >= 0
+  return (np.where(found, docs[np.maximum(tokens, 0)],
+                   -1), np.where(found, positions[np.maximum(tokens, 0)], -1))
+
+
+@pytest.mark.parametrize("num_devices,num_tokens,k,block", [(1, 1000, 50, 128), (8, 1000, 50, 64),
+                                                            (8, 1001, 300, 16), (3, 37, 60, 8),
+                                                            (8, 5, 4, 65536)])
+def test_float32_device_search_equals_exact_search(num_devices, num_tokens, k, block):
+  """Tokens split unevenly over devices and blocks, k beyond a device's or the corpus's tokens:
+  the same scores, documents and positions as exact search, -inf / -1 past the corpus."""
+  chunks, docs, positions, queries = _corpus(num_tokens)
+  tokens = device.DeviceTokens(chunks, docs, positions,
+                               device.DeviceConfig(dtype="float32", token_block=block),
+                               jax.devices()[:num_devices])
+  scores, found_docs, found_positions = map(np.asarray, tokens.search(queries, k))
+  exact_scores, exact_tokens = exact.search(chunks, queries, k)
+  np.testing.assert_allclose(scores, exact_scores, atol=1e-6)
+  np.testing.assert_array_equal(np.isinf(scores), np.isinf(exact_scores))
+  exact_docs, exact_positions = _located(exact_tokens, docs, positions)
+  np.testing.assert_array_equal(found_docs, exact_docs)
+  np.testing.assert_array_equal(found_positions, exact_positions)
+
+
+def test_ties_keep_the_lower_token_across_devices():
+  vectors = np.ones((64, 4), np.float32)  # Every token scores the same.
+  tokens = np.arange(64, dtype=np.int32)
+  resident = device.DeviceTokens([vectors], tokens, tokens,
+                                 device.DeviceConfig(dtype="float32", token_block=4))
+  _, docs, _ = resident.search(np.ones((2, 4), np.float32), 10)
+  np.testing.assert_array_equal(np.asarray(docs), np.tile(np.arange(10), (2, 1)))
+
+
+@pytest.mark.parametrize("dtype,max_error,min_recall", [("bfloat16", 0.02, 0.9),
+                                                        ("int8", 0.03, 0.85)])
+def test_compact_types_approximate_exact_search(dtype, max_error, min_recall):
+  """bfloat16 and int8 (per-token scale) vectors: scores within rounding of the exact ones (unit
+  vectors, so |score| <= |q|) and most of the exact top-k found."""
+  chunks, docs, positions, queries = _corpus(4000, dim=32)
+  queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+  resident = device.DeviceTokens(chunks, docs, positions,
+                                 device.DeviceConfig(dtype=dtype, token_block=512))
+  scores, found_docs, found_positions = map(np.asarray, resident.search(queries, 100))
+  exact_scores, exact_tokens = exact.search(chunks, queries, 100)
+  assert np.abs(scores - exact_scores).max() < max_error
+  found = found_docs * 10 + found_positions
+  recall = np.mean([len(np.intersect1d(f, e)) / 100 for f, e in zip(found, exact_tokens)])
+  assert recall > min_recall
+  assert resident.nbytes < 4000 * 32 * 4 * (0.6 if dtype == "bfloat16" else 0.4)
+
+
+def test_approx_max_k_with_a_recall_target_is_exact_on_cpu():
+  chunks, docs, positions, queries = _corpus(2000)
+  config = device.DeviceConfig(dtype="float32", recall_target=0.9, token_block=256)
+  scores, _, _ = device.DeviceTokens(chunks, docs, positions, config).search(queries, 40)
+  np.testing.assert_allclose(np.asarray(scores), exact.search(chunks, queries, 40)[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("field,value", [("dtype", "float16"), ("recall_target", 0.0),
+                                         ("recall_target", 1.5), ("token_block", 0)])
+def test_device_config_refuses_bad_values_naming_them(field, value):
+  with pytest.raises(ValueError, match=f"DeviceConfig.{field}"):
+    device.DeviceConfig(**{field: value})
+
+
+def _retrieval(seed: int, n: int = 6, k_prime: int = 40, num_docs: int = 25):
+  """One query's retrieval: [n, k'] descending scores, docs with some -1 tails, and a mask."""
+  rng = np.random.default_rng(seed)
+  scores = -np.sort(-rng.normal(size=(n, k_prime)), axis=1).astype(np.float32)
+  docs = rng.integers(0, num_docs, size=(n, k_prime)).astype(np.int32)
+  docs[1, k_prime - 7:], scores[1, k_prime - 7:] = -1, -np.inf
+  docs[2], scores[2] = -1, -np.inf  # A query token that retrieved nothing.
+  mask = np.ones(n, bool)
+  mask[-1] = False
+  return scores, docs, mask
+
+
+@pytest.mark.parametrize("impute", ["top_k_prime", "zero", "none", -0.25])
+@pytest.mark.parametrize("top_k", [5, 400])
+def test_f_xtr_prime_on_device_equals_the_numpy_one(impute, top_k):
+  retrievals = [_retrieval(seed) for seed in range(4)]
+  stacked = [jnp.asarray(np.stack(parts)) for parts in zip(*retrievals)]
+  doc_index, scores = map(np.asarray,
+                          search_scores.f_xtr_prime_top(*stacked, impute=impute, top_k=top_k))
+  for (token_scores, token_docs, mask), got_docs, got_scores in zip(retrievals, doc_index, scores):
+    want_docs, want_scores = search_scores.top_candidates(
+        *search_scores.f_xtr_prime(token_scores, token_docs, mask, impute), top_k)
+    np.testing.assert_array_equal(got_docs, want_docs)
+    np.testing.assert_allclose(got_scores, want_scores, atol=1e-6)

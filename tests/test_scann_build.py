@@ -1,0 +1,96 @@
+"""ScaNN built from a sample, then fed the token chunks: rows in token order, recall as a build
+over everything in memory, and memory bounded by the sample and a block, not the corpus."""
+import tracemalloc
+
+import numpy as np
+from scann.scann_ops.py import scann_ops_pybind
+
+from xtr.index import scann
+from xtr.index import scann_search
+
+
+def _clustered(num_tokens: int, dim: int, seed: int = 0) -> np.ndarray:
+  """[T, D] float16 unit vectors around 64 centers (a corpus with structure to partition)."""
+  rng = np.random.default_rng(seed)
+  centers = rng.normal(size=(64, dim))
+  x = centers[rng.integers(64, size=num_tokens)] + 0.5 * rng.normal(size=(num_tokens, dim))
+  return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float16)
+
+
+def _split(vectors: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+  return np.split(vectors, np.cumsum(sizes)[:-1])
+
+
+def _recall(searcher, vectors: np.ndarray, queries: np.ndarray, k: int) -> float:
+  rows, _ = scann_search.search(searcher.searcher, queries, k, 0, None, 1)
+  exact = np.argsort(-(queries @ vectors.astype(np.float32).T), axis=1, kind="stable")[:, :k]
+  return float(np.mean([len(np.intersect1d(r, e)) / k for r, e in zip(rows, exact)]))
+
+
+def test_sample_rows_are_seeded_distinct_and_increasing():
+  rows = scann._sample_rows(100_000, 1000)
+  assert len(np.unique(rows)) == 1000 and np.all(np.diff(rows) > 0)
+  np.testing.assert_array_equal(rows, scann._sample_rows(100_000, 1000))
+  np.testing.assert_array_equal(scann._sample_rows(50, 1000), np.arange(50))
+
+
+def test_gather_rows_reads_the_rows_of_the_concatenated_chunks():
+  vectors = np.arange(40, dtype=np.float32).reshape(20, 2)
+  rows = np.array([0, 6, 7, 13, 19])
+  gathered = scann._gather_rows(_split(vectors, [7, 6, 7]), rows)
+  np.testing.assert_array_equal(gathered, vectors[rows])
+
+
+def test_streamed_build_holds_every_token_at_its_row_with_the_recall_of_a_full_build():
+  vectors = _clustered(6000, 32)
+  chunks = _split(vectors, [1500, 2600, 1900])
+  config = scann.ScannConfig(num_leaves=60, num_leaves_to_search=20, training_sample_size=3000)
+  streamed, built = scann.build(lambda: chunks, len(vectors), config)
+  assert streamed.searcher.size() == len(vectors) and built["training_sample_size"] == 3000
+  # Each token, searched over every leaf, finds itself: row t is token t, across chunks.
+  probe = np.concatenate([np.arange(10), np.arange(2995, 3005), np.arange(5990, 6000)])
+  rows, _ = scann_search.search(streamed.searcher, vectors[probe].astype(np.float32), 1, 0, 60, 1)
+  np.testing.assert_array_equal(rows[:, 0], probe)
+  # Against ScaNN built the usual way from every token in memory, its tree trained on a sample
+  # of the same size: the same recall of exact search.
+  full = scann_ops_pybind.builder(vectors.astype(np.float32), 10, "dot_product").tree(
+      60, 20, training_sample_size=3000,
+      random_init=False).score_ah(1, anisotropic_quantization_threshold=0.1).build()
+  queries = _clustered(200, 32, seed=1).astype(np.float32)
+  streamed_recall = _recall(streamed, vectors, queries, 50)
+  full_recall = _recall(full, vectors, queries, 50)
+  assert streamed_recall > 0.7 and abs(streamed_recall - full_recall) < 0.03
+
+
+def test_streamed_build_is_deterministic():
+  vectors = _clustered(3000, 16)
+  config = scann.ScannConfig(num_leaves=30, training_sample_size=500)
+  first, _ = scann.build(lambda: _split(vectors, [1000, 2000]), len(vectors), config)
+  second, _ = scann.build(lambda: _split(vectors, [2500, 500]), len(vectors), config)
+  queries = _clustered(50, 16, seed=2).astype(np.float32)
+  for a, b in zip(scann_search.search(first.searcher, queries, 20, 0, None, 1),
+                  scann_search.search(second.searcher, queries, 20, 0, None, 1)):
+    np.testing.assert_array_equal(a, b)
+
+
+def _build_peak(vectors: np.ndarray, chunks: int) -> int:
+  """Peak bytes that Python and numpy allocate (tracemalloc) while ScaNN is built over `vectors`
+  in `chunks` chunks (ScaNN's own C++ memory is not traced)."""
+  config = scann.ScannConfig(num_leaves=100, training_sample_size=20_000)
+  tracemalloc.start()
+  try:
+    searcher, _ = scann.build(lambda: np.array_split(vectors, chunks), len(vectors), config)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert searcher.searcher.size() == len(vectors)
+  return peak
+
+
+def test_streamed_build_memory_does_not_grow_with_the_corpus(monkeypatch):
+  monkeypatch.setattr(scann, "UPSERT_ROWS", 20_000)
+  vectors = _clustered(240_000, 32)
+  small, large = _build_peak(vectors[:80_000], 1), _build_peak(vectors, 3)
+  # 160,000 more tokens are 20.5 MB as float32: the build held them all, and ScaNN twice more.
+  assert large - small < 0.1 * 160_000 * 32 * 4, (small, large)
+  assert large < 240_000 * 32 * 4 / 3, large

@@ -1,0 +1,181 @@
+"""Token retrieval on the accelerator (`--searcher=device`): the index's token vectors resident in
+device memory, sharded over the local devices along the token dimension.
+
+Each device scores the query tokens against its share of the tokens block by block, keeping a
+running top-k (`jax.lax.top_k`, or `jax.lax.approx_max_k` with a recall target: TPU's
+partial-reduction top-k); the devices' top-k lists are then gathered and merged. The vectors
+are stored as bfloat16 (2 bytes per dimension), int8 with a float32 scale per token (1 byte per
+dimension + 4 per token) or float32 (exact; as `--searcher=bruteforce`). A table of each
+token's document is kept beside them, so that f_XTR' can run on the device without a round
+trip to the host (`xtr.scoring.search_scores.f_xtr_prime_top`), with each token's position in
+its document.
+"""
+import dataclasses
+import functools
+from typing import Sequence
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+AXIS = "tokens"
+DTYPES = ("bfloat16", "int8", "float32")
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class DeviceConfig:
+  """How `--searcher=device` holds and searches the token vectors.
+
+  Attributes:
+    dtype: the resident vectors' type: "bfloat16", "int8" (a float32 scale per token) or
+      "float32" (exact scores).
+    recall_target: None: exact top-k; else `jax.lax.approx_max_k`'s expected recall in (0, 1]
+      (approximate on TPU, exact on CPU and GPU).
+    token_block: tokens each device scores per step (the [Q, block] scores are its temporary
+      memory); at least k' is used.
+  """
+  dtype: str = "bfloat16"
+  recall_target: float | None = None
+  token_block: int = 65536
+
+  def __post_init__(self):
+    if self.dtype not in DTYPES:
+      raise ValueError(f"DeviceConfig.dtype must be one of {DTYPES}, got {self.dtype!r}")
+    if self.recall_target is not None and not 0 < self.recall_target <= 1:
+      raise ValueError(f"DeviceConfig.recall_target must be in (0, 1], got {self.recall_target}")
+    if self.token_block < 1:
+      raise ValueError(f"DeviceConfig.token_block must be positive, got {self.token_block}")
+
+
+def _quantized(vectors: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+  """[T, D] float -> (stored [T, D], scale [T] float32): int8 rounds each token to 127 steps of
+  its largest |value| (scale = that / 127); the other types keep the values (scale 1)."""
+  vectors = np.asarray(vectors, np.float32)
+  if dtype != "int8":
+    return vectors.astype(jnp.dtype(dtype)), np.ones(len(vectors), np.float32)
+  scale = np.abs(vectors).max(axis=1) / 127
+  safe = np.where(scale > 0, scale, 1)
+  return np.round(vectors / safe[:, None]).astype(np.int8), scale.astype(np.float32)
+
+
+def _padded_locations(docs: np.ndarray, positions: np.ndarray, rows: int) -> np.ndarray:
+  """[T] docs and positions -> [rows, 2] int32, -1 past T."""
+  locations = np.full((rows, 2), -1, np.int32)
+  locations[:len(docs), 0], locations[:len(docs), 1] = docs, positions
+  return locations
+
+
+class DeviceTokens:
+  """The token vectors of an index (and each token's document) resident on the local devices."""
+
+  def __init__(self, chunks: Sequence[np.ndarray], doc_of_token: np.ndarray,
+               position_of_token: np.ndarray, config: DeviceConfig,
+               devices: Sequence[jax.Device] | None = None):
+    """
+    Args:
+      chunks: token vectors [T_c, D] in token order (T tokens in all; memory-mapped is fine:
+        they are copied to the devices one chunk at a time).
+      doc_of_token: [T] int32 document of each token.
+      position_of_token: [T] int32 position of each token in its document.
+      config: the stored type and search settings.
+      devices: the devices to shard over (default: `jax.local_devices()`).
+    """
+    devices = list(devices or jax.local_devices())
+    self.config = config
+    self.num_tokens = int(sum(len(c) for c in chunks))
+    self.dim = chunks[0].shape[1]
+    self._mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
+    per_device = -(-max(self.num_tokens, 1) // len(devices))
+    self._block = min(config.token_block, per_device)
+    self._per_device = -(-per_device // self._block) * self._block
+    rows = self._per_device * len(devices)
+    vectors = np.zeros((rows, self.dim), jnp.dtype(config.dtype))
+    scales = np.zeros(rows, np.float32)
+    start = 0
+    for chunk in chunks:
+      vectors[start:start + len(chunk)], scales[start:start + len(chunk)] = _quantized(
+          chunk, config.dtype)
+      start += len(chunk)
+    sharding = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec(AXIS))
+    self._vectors = jax.device_put(vectors, sharding)
+    self._scales = jax.device_put(scales, sharding)
+    self._locations = jax.device_put(_padded_locations(doc_of_token, position_of_token, rows),
+                                     sharding)
+
+  @property
+  def nbytes(self) -> int:
+    """Device memory of the resident arrays, over all devices."""
+    return sum(a.nbytes for a in (self._vectors, self._scales, self._locations))
+
+  def search(self, queries: jax.Array | np.ndarray,
+             k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The top-k tokens of each query token, on the devices.
+
+    Args:
+      queries: [Q, D] float32 query token vectors.
+      k: tokens to keep per query token (more than T pads with -1).
+
+    Returns:
+      scores [Q, k] float32 descending (-inf = none), document [Q, k] int32 and position in it
+      [Q, k] int32 of each token (-1 = none); ties keep the lower token index. Replicated
+      arrays.
+    """
+    return _search(self._mesh, jnp.asarray(queries, jnp.float32), self._vectors, self._scales,
+                   self._locations, k=k, block=self._block, num_tokens=self.num_tokens,
+                   recall_target=self.config.recall_target)
+
+
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=("k", "block", "num_tokens", "recall_target"))
+def _search(mesh: jax.sharding.Mesh, queries: jax.Array, vectors: jax.Array, scales: jax.Array,
+            locations: jax.Array, *, k: int, block: int, num_tokens: int,
+            recall_target: float | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`DeviceTokens.search`: per-device running top-k over blocks, then a merge of the devices'
+  lists. vectors [P·T_p, D], scales [P·T_p] and locations [P·T_p, 2], sharded over AXIS."""
+  spec = jax.sharding.PartitionSpec(AXIS)
+
+  def local(queries, vectors, scales, locations):
+    """One device's T_p tokens -> its top-k: scores [Q, k_p] and their locations [Q, k_p, 2]."""
+    per_device = vectors.shape[0]
+    num_blocks = per_device // block
+    first = jax.lax.axis_index(AXIS) * per_device + block * jnp.arange(num_blocks)
+    steps = (vectors.reshape(num_blocks, block, -1), scales.reshape(num_blocks, block),
+             locations.reshape(num_blocks, block, 2), first)
+    compute = jnp.bfloat16 if vectors.dtype == jnp.bfloat16 else jnp.float32
+
+    def step(top, xs):
+      """Merges one block into the running top-k; on ties the running (earlier) tokens win."""
+      block_vectors, block_scales, block_locations, start = xs
+      scores = jnp.dot(queries.astype(compute),
+                       block_vectors.astype(compute).T, preferred_element_type=jnp.float32,
+                       precision=jax.lax.Precision.HIGHEST) * block_scales
+      scores = jnp.where(start + jnp.arange(block) < num_tokens, scores, -jnp.inf)
+      if recall_target is None:
+        block_scores, where = jax.lax.top_k(scores, min(k, block))
+      else:
+        block_scores, where = jax.lax.approx_max_k(scores, min(k, block),
+                                                   recall_target=recall_target)
+      scores = jnp.concatenate([top[0], block_scores], axis=1)
+      found = jnp.concatenate([top[1], block_locations[where]], axis=1)
+      top_scores, positions = jax.lax.top_k(scores, top[0].shape[1])
+      return (top_scores, jnp.take_along_axis(found, positions[..., None], axis=1)), None
+
+    shape = (queries.shape[0], min(k, per_device))
+    top, _ = jax.lax.scan(step, (jnp.full(shape, -jnp.inf), jnp.full((*shape, 2), -1, jnp.int32)),
+                          steps)
+    # Device order is token order: concatenated, earlier devices' tokens come first on ties.
+    return tuple(jax.lax.all_gather(t, AXIS, axis=1, tiled=True) for t in top)
+
+  replicated = jax.sharding.PartitionSpec()
+  scores, found = jax.shard_map(local, mesh=mesh, in_specs=(replicated, spec, spec, spec),
+                                out_specs=(replicated, replicated),
+                                check_vma=False)(queries, vectors, scales, locations)
+  scores, positions = jax.lax.top_k(scores, min(k, scores.shape[1]))
+  found = jnp.take_along_axis(found, positions[..., None], axis=1)
+  missing = k - scores.shape[1]
+  scores = jnp.pad(scores, ((0, 0), (0, missing)), constant_values=-jnp.inf)
+  found = jnp.where((scores > -jnp.inf)[..., None], jnp.pad(found, ((0, 0), (0, missing), (0, 0))),
+                    -1)
+  return scores, found[..., 0], found[..., 1]
