@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from xtr.index import reader
 from xtr.models import encoding
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def _run_all(commands: list[list[str]], devices: int) -> list[str]:
       p.kill()
       p.wait()
   for p, output in zip(processes, outputs):
-    assert p.returncode == 0, output[-3000:]
+    assert p.returncode == 0, "\n-----\n".join(o[-3000:] for o in outputs)
   return outputs
 
 
@@ -154,3 +155,36 @@ def test_non_consecutive_rows_feed_their_devices():
   expected = [100 * (s % 2) + 2 * (s // 2) + j for s in range(8) for j in range(2)]
   for output in outputs:
     assert f"global {expected}" in output, output[-3000:]
+
+
+def test_each_process_exports_its_shard(exported, scifact_slice, t5_spm_path, tmp_path):
+  """`xtr-export --multihost` in 2 processes: process i writes shard i of 2, and the shards,
+  searched as one index, hold the single-process export's documents and tokens."""
+  model_dir, single_dir = exported
+  command = [
+      sys.executable, "-m", "xtr.cli.export", f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+      f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+      "--gin_bindings=xtr.models.encoding.Encoder.doc_max_length = 64", f"--checkpoint={model_dir}",
+      f"--corpus={scifact_slice / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
+      "--docs_per_chunk=40", "--multihost", f"--coordinator_address=127.0.0.1:{_free_port()}",
+      "--num_processes=2"
+  ]
+  _run_all([command + [f"--process_id={i}"] for i in range(2)], 4)
+  assert sorted(os.listdir(tmp_path / "index")) == ["shard-00000-of-00002", "shard-00001-of-00002"]
+  sharded, single = reader.open_index(str(tmp_path / "index")), reader.open_index(str(single_dir))
+  assert sharded.doc_ids == single.doc_ids and sharded.num_tokens == single.num_tokens
+  queries = np.random.default_rng(0).normal(size=(6, single.dim)).astype(np.float32)
+  got, want = sharded.search_tokens(queries, 50,
+                                    "bruteforce"), single.search_tokens(queries, 50, "bruteforce")
+  np.testing.assert_allclose(got[0], want[0], atol=1e-5)
+  for a, b in zip(got[1:], want[1:]):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_multihost_export_refuses_an_explicit_shard(exported, tmp_path):
+  process = subprocess.run([
+      sys.executable, "-m", "xtr.cli.export", f"--checkpoint={exported[0]}", "--corpus=c.jsonl",
+      f"--out={tmp_path}", "--multihost", "--num_shards=4"
+  ], capture_output=True, text=True, cwd=REPO, check=False)
+  assert process.returncode == 2
+  assert "--num_shards=4 with --multihost" in process.stderr

@@ -23,6 +23,7 @@ from absl import app
 from absl import flags
 from absl import logging
 import gin
+import jax
 
 from xtr import io
 from xtr.cli import compilation_cache
@@ -93,6 +94,41 @@ class IndexFlags:
     parse_gin()
     return searcher.open_for_search(self.index.value, self.checkpoint.value, self._verify.value,
                                     self._vocabulary.value)
+
+
+class MultihostFlags:
+  """--multihost and the cluster flags of `jax.distributed.initialize` (one process per host)."""
+
+  def __init__(self):
+    self.multihost = flags.DEFINE_bool("multihost", False,
+                                       "Call jax.distributed.initialize() (one process per host).")
+    self.coordinator_address = flags.DEFINE_string(
+        "coordinator_address", None, "With --multihost: host:port of process 0 (default: "
+        "detected).")
+    self.num_processes = define_count("num_processes", None,
+                                      "With --multihost: number of processes (default: detected).")
+    self.process_id = define_count(
+        "process_id", None, "With --multihost: this process's index, in [0, --num_processes) "
+        "(default: detected).", lower_bound=0)
+    flags.register_multi_flags_validator(
+        ["process_id", "num_processes"],
+        lambda v: None in v.values() or v["process_id"] < v["num_processes"],
+        message="--process_id must be less than --num_processes (processes count from 0).")
+
+  def initialize(self) -> bool:
+    """Joins the cluster with --multihost (True); refuses cluster flags without it."""
+    cluster = {
+        "coordinator_address": self.coordinator_address.value,
+        "num_processes": self.num_processes.value,
+        "process_id": self.process_id.value
+    }
+    if not self.multihost.value:
+      if any(value is not None for value in cluster.values()):
+        raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
+                             "--multihost.")
+      return False
+    jax.distributed.initialize(**cluster)
+    return True
 
 
 class SplitFlags:

@@ -9,12 +9,16 @@ The released XTR weights (README, "Evaluate the released XTR"): --gin_file of th
 Documents are encoded in chunks (`--docs_per_chunk`) with a progress bar; a killed export
 resumes at its last complete chunk when rerun with the same flags. With --num_shards=S, run once
 per --shard_id (e.g. one per host): each writes INDEX_DIR/shard-SSSSS-of-NNNNN over a contiguous
-range of the corpus, and search fans out over the shards. ScaNN settings: `ScannConfig` of
-`xtr.index.scann`. The index records the corpus file's sha256, the document range and the
-checkpoint's fingerprint: a resumed export, a rerun into a complete index or a --repair with
-another corpus, range or checkpoint is refused and leaves the index as it was. A damaged index
-is repaired by rerunning the command with --repair (an unset --docs_per_chunk takes the index's
-value). Two exports or repairs of one directory at once are refused (export.lock).
+range of the corpus, and search fans out over the shards. On a pod or on GPU nodes, run it once
+per host with --multihost instead (launch/export_tpu_pod.sh, launch/export_gpu_nodes.sh): each
+host exports shard jax.process_index() of jax.process_count() on all of its devices. ScaNN
+settings: `ScannConfig` of `xtr.index.scann` (trained on a sample, then fed the chunks from
+disk: the build's memory does not grow with the corpus beyond ScaNN's codes). The index records
+the corpus file's sha256, the document range and the checkpoint's fingerprint: a resumed
+export, a rerun into a complete index or a --repair with another corpus, range or checkpoint is
+refused and leaves the index as it was. A damaged index is repaired by rerunning the command
+with --repair (an unset --docs_per_chunk takes the index's value). Two exports or repairs of one
+directory at once are refused (export.lock).
 
 --store_vectors=none writes an index for f_XTR' only: ScaNN and the document map, without the
 float token vectors that ColBERT's and ALIGNER's refinement, exact scoring and brute-force
@@ -35,6 +39,7 @@ from typing import Sequence
 
 from absl import app
 from absl import flags
+import jax
 
 from xtr import cli
 from xtr.data import beir_files
@@ -55,9 +60,13 @@ _STORE_VECTORS = flags.DEFINE_enum(
 _DOCS_PER_CHUNK = cli.define_count(
     "docs_per_chunk", None, "Documents per saved chunk. Default: the value the --out directory "
     "records (resume, repair), else 1000.")
-_NUM_SHARDS = cli.define_count("num_shards", 1, "Split the corpus into this many shards.")
-_SHARD_ID = cli.define_count("shard_id", 0, "The shard this process exports, in [0, "
-                             "--num_shards).", lower_bound=0)
+_NUM_SHARDS = cli.define_count(
+    "num_shards", 1, "Split the corpus into this many shards (with --multihost: one per "
+    "process, jax.process_count()).")
+_SHARD_ID = cli.define_count(
+    "shard_id", 0, "The shard this process exports, in [0, --num_shards) (with --multihost: "
+    "jax.process_index()).", lower_bound=0)
+_MULTIHOST = cli.MultihostFlags()
 flags.register_multi_flags_validator(
     ["shard_id", "num_shards"], lambda v: v["shard_id"] < v["num_shards"],
     message="--shard_id must be less than --num_shards (shards count from 0).")
@@ -79,17 +88,31 @@ def main(argv: Sequence[str]) -> None:
   out_dir = _OUT.value
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise app.UsageError(f"--out={out_dir} is a file, not an index directory.")
-  if _NUM_SHARDS.value > 1:
-    out_dir = files.shard_path(out_dir, _SHARD_ID.value, _NUM_SHARDS.value)
+  shard = _shard()
+  if shard[1] > 1:
+    out_dir = files.shard_path(out_dir, *shard)
   prune_doc = _PRUNE_DOC.value
   try:
-    manifest = _reprune(out_dir, prune_doc) if _FROM_INDEX.value else _export(out_dir, prune_doc)
+    manifest = (_reprune(out_dir, prune_doc, shard) if _FROM_INDEX.value else _export(
+        out_dir, prune_doc, shard))
   except writer.IndexComplete as e:
     print(e)
     return
   print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
         f"of dim {manifest['dim']}, {manifest['num_indexed_tokens']} of them in ScaNN.")
   print(_sizes(manifest))
+
+
+def _shard() -> tuple[int, int]:
+  """(shard id, number of shards): --shard_id and --num_shards, or with --multihost this
+  process's index and the number of processes (each host exports its shard)."""
+  for flag in (_SHARD_ID, _NUM_SHARDS):
+    if _MULTIHOST.multihost.value and flags.FLAGS[flag.name].present:
+      raise app.UsageError(f"--{flag.name}={flag.value} with --multihost: the shards are the "
+                           "processes (jax.process_index() of jax.process_count()).")
+  if not _MULTIHOST.initialize():
+    return _SHARD_ID.value, _NUM_SHARDS.value
+  return jax.process_index(), jax.process_count()
 
 
 def _sizes(manifest: dict) -> str:
@@ -102,14 +125,14 @@ def _sizes(manifest: dict) -> str:
   return "\n".join(rows)
 
 
-def _reprune(out_dir: str, prune_doc: float | None) -> dict:
+def _reprune(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> dict:
   """--from_index: the manifest of out_dir, the source's chunks with ScaNN over `prune_doc`."""
   if _CHECKPOINT.value or _CORPUS.value or _REPAIR.value:
     raise app.UsageError("--from_index reuses an index's token vectors: it takes no "
                          "--checkpoint, --corpus or --repair.")
   source = _FROM_INDEX.value
   if _NUM_SHARDS.value > 1:
-    source = files.shard_path(source, _SHARD_ID.value, _NUM_SHARDS.value)
+    source = files.shard_path(source, *shard)
   if not os.path.exists(os.path.join(source, files.MANIFEST)):
     raise app.UsageError(f"--from_index={source} is not a complete index (no "
                          f"{files.MANIFEST}).")
@@ -126,17 +149,17 @@ def _reprune(out_dir: str, prune_doc: float | None) -> dict:
   return writer.reprune(source, out_dir, prune_doc, store_vectors=_STORE_VECTORS.value != "none")
 
 
-def _export(out_dir: str, prune_doc: float | None) -> dict:
+def _export(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> dict:
   """The manifest of out_dir, encoded from --corpus with --checkpoint (resuming, repairing)."""
   for flag in (_CHECKPOINT, _CORPUS):
     if not flag.value:
       raise app.UsageError(f"--{flag.name} is required (or --from_index).")
   cli.parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
   corpus = beir_files.read_jsonl(_CORPUS.value, beir_files.document_text)
-  docs = build.shard_range(len(corpus), _SHARD_ID.value, _NUM_SHARDS.value)
+  docs = build.shard_range(len(corpus), *shard)
   if not len(docs):
     raise app.UsageError(f"--corpus={_CORPUS.value} has {len(corpus)} documents: nothing for "
-                         f"shard {_SHARD_ID.value} of {_NUM_SHARDS.value} to export.")
+                         f"shard {shard[0]} of {shard[1]} to export.")
   doc_ids = list(corpus)[docs.start:docs.stop]
   texts = list(corpus.values())[docs.start:docs.stop]
   record = build.corpus_record(_CORPUS.value, docs, len(corpus))

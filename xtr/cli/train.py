@@ -13,25 +13,12 @@ from typing import Sequence
 
 from absl import app
 from absl import flags
-import jax
 import tensorflow as tf
 
 from xtr import cli
 from xtr.training import trainer
 
-_MULTIHOST = flags.DEFINE_bool("multihost", False,
-                               "Call jax.distributed.initialize() (one process per host).")
-_COORDINATOR_ADDRESS = flags.DEFINE_string(
-    "coordinator_address", None, "With --multihost: host:port of process 0 (default: detected).")
-_NUM_PROCESSES = cli.define_count("num_processes", None,
-                                  "With --multihost: number of processes (default: detected).")
-_PROCESS_ID = cli.define_count(
-    "process_id", None, "With --multihost: this process's index, in [0, --num_processes) "
-    "(default: detected).", lower_bound=0)
-flags.register_multi_flags_validator(
-    ["process_id", "num_processes"],
-    lambda v: None in v.values() or v["process_id"] < v["num_processes"],
-    message="--process_id must be less than --num_processes (processes count from 0).")
+_MULTIHOST = cli.MultihostFlags()
 _PROFILE_STEPS = flags.DEFINE_string(
     "profile_steps", None, "A:B: write a jax.profiler trace of steps A to B (inclusive) to "
     "MODEL_DIR/profile, for TensorBoard's profile plugin.")
@@ -56,16 +43,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   profile_steps = _profile_steps()
   tf.config.set_visible_devices([], "GPU")  # TensorFlow only reads data: the GPUs are JAX's.
-  cluster = {
-      "coordinator_address": _COORDINATOR_ADDRESS.value,
-      "num_processes": _NUM_PROCESSES.value,
-      "process_id": _PROCESS_ID.value
-  }
-  if _MULTIHOST.value:
-    jax.distributed.initialize(**cluster)
-  elif any(value is not None for value in cluster.values()):
-    raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
-                         "--multihost.")
+  _MULTIHOST.initialize()
   cli.parse_gin()
   trainer.train(**({} if profile_steps is None else {"profile_steps": profile_steps}))
 

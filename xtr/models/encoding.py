@@ -37,13 +37,13 @@ def latest_step_dir(checkpoint: str) -> epath.Path:
 
 def load_params(checkpoint: str) -> Any:
   """The model parameters saved by `xtr-train` (optimizer state is not loaded), restored onto
-  the first device (no host copy: a search process holds them once), or those of a released
+  this process's first device (no host copy: a search process holds them once), or those of a released
   XTR directory (`released.FILES`), put there.
 
   Raises:
     ValueError: naming the checkpoint and the first parameter that holds NaN or infinity.
   """
-  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   if released.is_released(checkpoint):
     params = jax.device_put(released.load_params(checkpoint), device)
   else:
