@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 import gin
 import numpy as np
@@ -264,6 +265,26 @@ def test_fan_out_over_shards_equals_single_index(tmp_path):
   _, doc_index, position = sharded.search_tokens(tokens[picks], 5, "scann")
   np.testing.assert_array_equal(doc_index[:, 0], token_docs[picks])
   np.testing.assert_array_equal(position[:, 0], token_positions[picks])
+
+
+def test_shards_are_searched_at_once(tmp_path, monkeypatch):
+  """Two shards' searches meet at a barrier: they run on two threads at the same time."""
+  docs, doc_ids = _integer_docs(8), _ids(8)
+  for shard in range(2):
+    part = slice(4 * shard, 4 * shard + 4)
+    _export(files.shard_path(str(tmp_path), shard, 2), doc_ids[part], docs[part], docs_per_chunk=4,
+            first_doc=4 * shard, total_docs=8)
+  barrier, search_exact = threading.Barrier(2, timeout=30), reader._Shard.search_exact  # pylint: disable=protected-access
+
+  def meeting(shard, queries, k):
+    barrier.wait()
+    return search_exact(shard, queries, k)
+
+  monkeypatch.setattr(reader, "FANOUT_THREADS", 2)
+  monkeypatch.setattr(reader._Shard, "search_exact", meeting)  # pylint: disable=protected-access
+  queries = np.ones((1, 32), np.float32)
+  scores, _, _ = reader.open_index(str(tmp_path)).search_tokens(queries, 3, "bruteforce")
+  assert np.isfinite(scores).all()
 
 
 _KILLED_EXPORT = """

@@ -6,6 +6,7 @@ checked against the manifest's sizes on open and its sha256s before their first 
 pickle).
 """
 from collections.abc import Sequence
+from concurrent import futures
 import os
 from typing import Any
 
@@ -19,6 +20,7 @@ from xtr.index import scann_search
 from xtr.index import verify as verify_lib
 
 SEARCHERS = ("scann", "bruteforce", "device")  # Token retrieval: `TokenIndex.search_tokens`.
+FANOUT_THREADS = os.cpu_count() or 1  # At most this many shards are searched at once.
 
 
 class _Shard:
@@ -229,7 +231,8 @@ def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
 class TokenIndex:
   """A token index directory, or the shards of a sharded export searched as one index.
 
-  Global doc indices (and `doc_ids`) concatenate the shards' in shard order.
+  Global doc indices (and `doc_ids`) concatenate the shards' in shard order. The shards are
+  searched on up to FANOUT_THREADS threads at once, and their top-k' lists merged.
   """
 
   def __init__(self, path: str, shards: Sequence[_Shard]):
@@ -247,6 +250,7 @@ class TokenIndex:
     self.has_salience = shards[0].has_salience
     self.has_vectors = shards[0].has_vectors
     self._device = None  # device.DeviceTokens, loaded by `on_device`.
+    self._pool = None  # The threads that search the shards, made on the first search.
 
   def verify(self) -> None:
     """Raises DamagedIndexError naming any file whose sha256 differs from the manifest's."""
@@ -264,13 +268,16 @@ class TokenIndex:
 
   def on_device(self) -> device.DeviceTokens:
     """The tokens of token retrieval (every shard's) resident on the local devices, with their
-    global docs and positions; loaded on first use with the gin-configured `DeviceConfig`."""
-    if self._device is None:
+    global docs and positions; loaded on first use with the gin-configured `DeviceConfig`, and
+    again when that changes."""
+    config = device.DeviceConfig()
+    if self._device is None or self._device.config != config:
+      self._device = None  # Freed before the new copy is made.
       locations = [shard.retrieval_locations() for shard in self._shards]
       docs = np.concatenate([d + start for (d, _), start in zip(locations, self._doc_starts)])
       positions = np.concatenate([p for _, p in locations])
       chunks = [c for shard in self._shards for c in shard.retrieval_chunks()]
-      self._device = device.DeviceTokens(chunks, docs, positions, device.DeviceConfig())
+      self._device = device.DeviceTokens(chunks, docs, positions, config)
     return self._device
 
   def doc_vectors(self, doc_indices: Sequence[int]) -> list[np.ndarray]:
@@ -339,10 +346,17 @@ class TokenIndex:
         "scann": lambda shard: shard.search_scann(queries, k_prime, leaves_to_search, threads),
         "bruteforce": lambda shard: shard.search_exact(queries, k_prime)
     }
-    results = [(scores, *shard.locate(tokens))
-               for shard in self._shards
-               for scores, tokens in [searchers[searcher](shard)]]
-    return _merge_shards(results, self._doc_starts, k_prime)
+
+    def search_shard(shard: _Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+      scores, tokens = searchers[searcher](shard)
+      return scores, *shard.locate(tokens)
+
+    if len(self._shards) == 1:
+      return _merge_shards([search_shard(self._shards[0])], self._doc_starts, k_prime)
+    if self._pool is None:  # ScaNN and numpy release the GIL: the shards are searched at once.
+      self._pool = futures.ThreadPoolExecutor(min(len(self._shards), FANOUT_THREADS))
+    return _merge_shards(list(self._pool.map(search_shard, self._shards)), self._doc_starts,
+                         k_prime)
 
 
 def _sharded_manifest(shards: Sequence[_Shard]) -> dict[str, Any]:

@@ -37,8 +37,8 @@ def latest_step_dir(checkpoint: str) -> epath.Path:
 
 def load_params(checkpoint: str) -> Any:
   """The model parameters saved by `xtr-train` (optimizer state is not loaded), restored onto
-  this process's first device (no host copy: a search process holds them once), or those of a released
-  XTR directory (`released.FILES`), put there.
+  this process's first device (no host copy: a search process holds them once), or those of a
+  released XTR directory (`released.FILES`), put there.
 
   Raises:
     ValueError: naming the checkpoint and the first parameter that holds NaN or infinity.

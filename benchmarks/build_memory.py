@@ -1,0 +1,182 @@
+"""The ScaNN build at growing corpus sizes: peak memory, build time, search time and recall.
+
+  .venv/bin/python benchmarks/build_memory.py INDEX_DIR CHECKPOINT DATA_DIR OUT_DIR \
+      [--scales=1,2,4] [--noise=0.3] [--num_leaves=1000000]
+
+INDEX_DIR is a complete index with stored vectors (e.g. SciFact's, `xtr-export
+--store_vectors=float16`). For scale s, OUT_DIR/s{s} is an index of s times its tokens: its
+documents, then copies of them drawn at random (seeded) whose token vectors are moved by
+Gaussian noise of norm ~`noise` and renormalized; the rate at which a copy's token has its
+original as nearest neighbour among the real tokens is reported (a low rate: copies are not
+near-duplicates). Each scale is written and built in a fresh process, and its peak RSS is
+measured over `IndexWriter.finalize` alone (the ScaNN build; /proc/self/clear_refs resets the
+high-water mark first). ScaNN's settings are the defaults but `num_leaves` (default here: no
+cap, so the tree keeps √T leaves and each query token scans ~100·√T tokens). Then the test
+queries' tokens search it (k' = 1000, one thread): median ms per query and the recall of the
+exact top-k' over the first 30 queries' tokens. Rows go to OUT_DIR/build_memory.json with the
+fitted exponents of search time and peak RSS against tokens.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from xtr import io
+from xtr.evaluation import beir_eval
+from xtr.index import files
+from xtr.index import reader
+from xtr.index import scann
+from xtr.index import writer as writer_lib
+from xtr.retrieval import searcher
+
+DOCS_PER_CHUNK = 1000
+K_PRIME = 1000
+
+
+def _hwm_mb() -> float:
+  """This process's peak resident memory (VmHWM) in MiB."""
+  with open("/proc/self/status", encoding="ascii") as f:
+    return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM"))
+
+
+def _documents(source: reader.TokenIndex, scale: int, noise: float):
+  """Yields (doc id, [len, D] float32 vectors, original doc or -1): the source's documents, then
+  noisy copies until scale times its tokens."""
+  for start in range(0, source.num_docs, DOCS_PER_CHUNK):
+    docs = range(start, min(start + DOCS_PER_CHUNK, source.num_docs))
+    for d, vectors in zip(docs, source.doc_vectors(docs)):
+      yield source.doc_ids[d], vectors, -1
+  rng, total = np.random.default_rng(scale), source.num_tokens
+  while total < scale * source.num_tokens:
+    original = int(rng.integers(source.num_docs))
+    vectors = source.doc_vectors([original])[0]
+    moved = vectors + rng.normal(0, noise / np.sqrt(vectors.shape[1]), vectors.shape)
+    yield f"copy-{total}", moved / np.linalg.norm(moved, axis=1, keepdims=True), original
+    total += len(vectors)
+
+
+def build_scale(index_dir: str, out_dir: str, scale: int, noise: float, num_leaves: int) -> dict:
+  """Writes and builds the index of `scale` (in this process); returns its build row."""
+  source = reader.open_index(index_dir)
+  manifest = source.manifest
+  corpus = manifest["corpus"] | {"path": f"{scale}x {manifest['corpus']['path']}"}
+  writer = writer_lib.IndexWriter(out_dir, source.dim, manifest["dtype"], manifest["model"],
+                                  manifest["fingerprint"], DOCS_PER_CHUNK, corpus,
+                                  vocabulary=source.vocabulary_file())
+  chunk, ids, vectors, originals = 0, [], [], []
+  for doc_id, doc_vectors, original in _documents(source, scale, noise):
+    ids.append(doc_id)
+    vectors.append(doc_vectors)
+    originals.append(original)
+    if len(ids) == DOCS_PER_CHUNK:
+      writer.write_chunk(chunk, ids, vectors)
+      chunk, ids, vectors = chunk + 1, [], []
+  if ids:
+    writer.write_chunk(chunk, ids, vectors)
+  with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+    f.write("5")  # Resets VmHWM: the peak below is the build's.
+  start = time.perf_counter()
+  built = writer.finalize(scann.ScannConfig(num_leaves=num_leaves))
+  return {
+      "scale": scale,
+      "tokens": built["num_tokens"],
+      "build_s": time.perf_counter() - start,
+      "build_peak_rss_mb": _hwm_mb(),
+      "scann_bytes_per_token": files.bytes_by_kind(built)["scann"] / built["num_tokens"],
+      "num_leaves": built["scann"]["num_leaves"],
+      "copies_of": originals
+  }
+
+
+def _near_duplicate_rate(source: reader.TokenIndex, index: reader.TokenIndex, originals: list[int],
+                         samples: int = 500) -> float | None:
+  """How often a sampled copy token's nearest real token is the token it was copied from."""
+  copies = np.flatnonzero(np.asarray(originals) >= 0)
+  if not len(copies):
+    return None
+  rng = np.random.default_rng(0)
+  picked = rng.choice(copies, min(samples, len(copies)), replace=False)
+  real = np.concatenate(source.doc_vectors(range(source.num_docs)))
+  starts = np.concatenate([[0], np.cumsum(source.doc_lengths)])
+  hits = 0
+  for doc, copy in zip(np.asarray(originals)[picked], index.doc_vectors(picked)):
+    position = rng.integers(len(copy))
+    nearest = np.argmax(real @ copy[position])
+    hits += nearest == starts[doc] + position
+  return hits / len(picked)
+
+
+def search_scale(index: reader.TokenIndex, queries: list[np.ndarray]) -> dict:
+  """Median ms per query of ScaNN token retrieval, and recall of the exact top-k'."""
+  index.load_scann()
+  index.search_tokens(queries[0], K_PRIME)
+  times = []
+  for q in queries:
+    start = time.perf_counter()
+    index.search_tokens(q, K_PRIME)
+    times.append(1000 * (time.perf_counter() - start))
+  sample = np.concatenate(queries[:30])
+  _, docs, positions = index.search_tokens(sample, K_PRIME)
+  _, exact_docs, exact_positions = index.search_tokens(sample, K_PRIME, "bruteforce")
+  found = [set(zip(d, p)) for d, p in zip(docs, positions)]
+  exact = [set(zip(d, p)) for d, p in zip(exact_docs, exact_positions)]
+  return {
+      "p50_ms": float(np.median(times)),
+      "recall": float(np.mean([len(f & e) / K_PRIME for f, e in zip(found, exact)]))
+  }
+
+
+def _fit(x: list[float], y: list[float]) -> float:
+  return float(np.polyfit(np.log(x), np.log(y), 1)[0])
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  for name in ("index", "checkpoint", "data_dir", "out"):
+    parser.add_argument(name)
+  parser.add_argument("--scales", default="1,2,4")
+  parser.add_argument("--noise", type=float, default=0.3)
+  parser.add_argument("--num_leaves", type=int, default=1_000_000)
+  parser.add_argument("--build", type=int, help="Internal: build this scale in this process.")
+  args = parser.parse_args()
+  if args.build:
+    row = build_scale(args.index, os.path.join(args.out, f"s{args.build}"), args.build,
+                      args.noise, args.num_leaves)
+    print(json.dumps(row))
+    return
+  encoder, source = searcher.open_for_search(args.index, args.checkpoint)
+  q, q_mask, _ = encoder.encode_queries(beir_eval.load_beir(args.data_dir, "test").queries)
+  queries = [vectors[mask] for vectors, mask in zip(q, q_mask)]
+  rows = []
+  for scale in map(int, args.scales.split(",")):
+    path = os.path.join(args.out, f"s{scale}")
+    record = path + ".build.json"
+    if not os.path.exists(record):
+      output = subprocess.run([sys.executable, __file__, *sys.argv[1:], f"--build={scale}"],
+                              check=True, capture_output=True, text=True).stdout
+      io.write_results(record, json.loads(output.splitlines()[-1]))
+    with open(record, encoding="utf-8") as f:
+      row = json.load(f)
+    index = reader.open_index(path)
+    row["near_duplicate_rate"] = _near_duplicate_rate(source, index, row.pop("copies_of"))
+    rows.append(row | search_scale(index, queries))
+    print(json.dumps(rows[-1]), flush=True)
+  tokens = [r["tokens"] for r in rows]
+  fits = {} if len(rows) < 2 else {
+      "search_exponent": _fit(tokens, [r["p50_ms"] for r in rows]),
+      "build_rss_exponent": _fit(tokens, [r["build_peak_rss_mb"] for r in rows])
+  }
+  io.write_results(os.path.join(args.out, "build_memory.json"), {
+      "rows": rows,
+      "fits": fits,
+      "args": vars(args)
+  })
+  print(json.dumps(fits))
+
+
+if __name__ == "__main__":
+  main()
