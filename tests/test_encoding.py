@@ -7,6 +7,7 @@ import numpy as np
 from tests import retrieval_setup
 from xtr import cli
 from xtr.models import encoding
+from xtr.models import model_spec
 
 TEXTS = [
     "0-dimensional biomaterials show inductive properties", "a", "stem cells",
@@ -33,9 +34,9 @@ def test_batches_are_padded_to_power_of_two_rows_and_encode_as_one_batch(tmp_pat
   assert encoder._apply._cache_size() == 3  # pylint: disable=protected-access  # 4, 2 and 1 rows
 
 
-def _encoder(directory, t5_spm_path, **settings) -> encoding.Encoder:
+def _encoder(directory, t5_spm_path, *bindings, **settings) -> encoding.Encoder:
   """A tiny random T5 encoder (seed 0: the same parameters in every `directory`)."""
-  retrieval_setup.random_checkpoint(directory, 0, t5_spm_path, *cli.ENCODER_BINDINGS)
+  retrieval_setup.random_checkpoint(directory, 0, t5_spm_path, *cli.ENCODER_BINDINGS, *bindings)
   try:
     return encoding.Encoder(encoding.load_params(str(directory)), batch_size=4, **settings)
   finally:
@@ -79,3 +80,19 @@ def test_data_parallel_rows_over_the_devices_encode_as_one_device(tmp_path, t5_s
   want, got = one.encode(TEXTS, 32), parallel.encode(TEXTS, 32)
   np.testing.assert_array_equal(got[1], want[1])
   np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
+
+
+def test_bfloat16_compute_encodes_within_its_rounding_and_says_so(tmp_path, t5_spm_path):
+  """The backbone computing in bfloat16 (a gin binding of its config; the parameters stay
+  float32): vectors within bfloat16's rounding of float32's, and the model description that an
+  index records (and that its query encoder is rebuilt from) says bfloat16."""
+  full = _encoder(tmp_path / "float32", t5_spm_path)
+  half = _encoder(tmp_path / "bfloat16", t5_spm_path, "t5.T5Config.dtype = 'bfloat16'")
+  assert half.fingerprint == full.fingerprint
+  assert model_spec.describe(half)["config"]["dtype"] == "bfloat16"
+  assert model_spec.describe(full)["config"]["dtype"] == "float32"
+  want, got = full.encode(TEXTS, 32), half.encode(TEXTS, 32)
+  np.testing.assert_array_equal(got[1], want[1])
+  assert got[0].dtype == np.float32
+  error = np.abs(got[0] - want[0])[want[1]].max()
+  assert 1e-4 < error < 5e-2  # bfloat16 has 8 bits of mantissa: ~0.4 % per operation.
