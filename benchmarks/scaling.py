@@ -14,14 +14,13 @@ is measured against the dump's qrels at every scale. Each scale is a dump of its
 (OUT_PREFIX.s{s}/, the queries linked), searched by benchmarks/engines.py (one thread, the
 engines' own builds) into OUT_PREFIX.s{s}.json; then OUT_PREFIX.json/.md/.png give median
 latency and peak RSS against tokens on log-log axes, with the exponent b of the least-squares
-fit latency ~ a * tokens^b per engine. Where one ScaNN build of a scale does not fit in 80 % of
-this machine's memory (it holds ~3 float32 copies of every token), this project's engines build
-the fewest shards that fit (`xtr-export --num_shards`, searched as one index) and the peers,
-which build one index, are skipped with the reason.
+fit latency ~ a * tokens^b per engine. Where a peer's ScaNN build of a scale does not fit in 80 %
+of this machine's memory (it holds ~3 float32 copies of every token), the peer is skipped with
+the reason; this project's build streams the tokens from disk (`xtr.index.scann.build`,
+benchmarks/build_memory.py) and builds one index at every scale.
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -38,9 +37,9 @@ from matplotlib import ticker  # pylint: disable=wrong-import-position
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUERY_FILES = ("query_vectors.npy", "query_mask.npy", "query_ids.json")
-# A ScaNN build holds ~3 float32 copies of the corpus at its peak: the input and two of its own
-# (2M random 128-d tokens, 1 GB: peak RSS 3.8 GB over a 0.7 GB process).
-BUILD_BYTES_PER_TOKEN = 3 * 128 * 4
+# A peer's ScaNN build holds ~3 float32 copies of the corpus at its peak: the input and two of
+# its own (2M random 128-d tokens, 1 GB: peak RSS 3.8 GB over a 0.7 GB process).
+PEER_BUILD_BYTES_PER_TOKEN = 3 * 128 * 4
 
 
 def _real_documents(vectors_dir: str, real_indexes: list[str]):
@@ -125,10 +124,9 @@ def main() -> None:
   ours = [spec.partition("=")[0] for spec in args.scann]
   rows, skipped = [], []
   for scale in map(int, args.scales.split(",")):
-    build_bytes = scale * base_tokens * BUILD_BYTES_PER_TOKEN
-    shards = math.ceil(build_bytes / (0.8 * available))
+    build_bytes = scale * base_tokens * PEER_BUILD_BYTES_PER_TOKEN
     engine_names = args.engines.split(",")
-    if shards > 1:
+    if build_bytes > 0.8 * available:
       engine_names = [e for e in engine_names if e.removesuffix("_batched") in ours]
       skipped += [
           f"{e} at {scale}x: one index of {scale * base_tokens:,} tokens needs ~"
@@ -137,7 +135,7 @@ def main() -> None:
           for e in args.engines.split(",")
           if e not in engine_names
       ]
-      print(f"scale {scale}: {shards} shards; {'; '.join(skipped)}", file=sys.stderr, flush=True)
+      print(f"scale {scale}: {'; '.join(skipped)}", file=sys.stderr, flush=True)
     out_dir = f"{args.out}.s{scale}"
     if not os.path.exists(os.path.join(out_dir, "source.json")):
       write_scale(args.vectors, args.real_index, scale, args.noise, out_dir)
@@ -147,12 +145,12 @@ def main() -> None:
           sys.executable,
           os.path.join(ROOT, "benchmarks", "engines.py"), out_dir, args.data_dir, report,
           "--threads=1", f"--rounds={args.rounds}", f"--engines={','.join(engine_names)}",
-          f"--shards={shards}", *[f"--scann={s}" for s in args.scann]
+          *[f"--scann={s}" for s in args.scann]
       ], check=True)
     with open(report + ".json", encoding="utf-8") as f:
       engine_rows = json.load(f)["rows"]
     tokens = int(np.load(os.path.join(out_dir, "doc_lengths.npy")).sum())
-    rows += [row | {"scale": scale, "tokens": tokens, "shards": shards} for row in engine_rows]
+    rows += [row | {"scale": scale, "tokens": tokens} for row in engine_rows]
   fits = {}
   for engine in dict.fromkeys(r["engine"] for r in rows):
     ran = [r for r in rows if r["engine"] == engine and "error" not in r]
@@ -170,11 +168,11 @@ def main() -> None:
           "real_indexes": args.real_index
       })
   lines = [
-      "| engine | scale | tokens | shards | nDCG@10 | p50 ms | peak RSS MB | build s |",
-      "|---|---|---|---|---|---|---|---|"
+      "| engine | scale | tokens | nDCG@10 | p50 ms | peak RSS MB | build s |",
+      "|---|---|---|---|---|---|---|"
   ]
   lines += [
-      f"| {r['engine']} | {r['scale']}x | {r['tokens']:,} | {r['shards']} | "
+      f"| {r['engine']} | {r['scale']}x | {r['tokens']:,} | "
       f"{r['ndcg@10']:.4f} | {r['p50_ms']:.1f} | {r['peak_rss_mb']:.0f} | "
       f"{r['build_s']:.0f} |" for r in rows if "error" not in r
   ]
