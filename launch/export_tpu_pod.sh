@@ -10,15 +10,4 @@
 # writes (e.g. a Filestore or gcsfuse mount). `--multihost` makes shard jax.process_index() of
 # jax.process_count() this host's: OUT/shard-SSSSS-of-NNNNN. Rerun the same command to resume
 # after a preemption; search the shards as one index with `xtr-search --index=OUT`.
-set -euo pipefail
-if [[ $# -lt 2 ]]; then
-  echo "usage: $0 TPU_NAME ZONE [xtr-export flags...]" >&2
-  exit 2
-fi
-tpu_name=$1
-zone=$2
-shift 2
-remote_dir=${REMOTE_DIR:-'~/xtr'}
-export_args=$(printf ' %q' "$@")
-gcloud compute tpus tpu-vm ssh "$tpu_name" --zone "$zone" --worker=all \
-  --command "cd $remote_dir && .venv/bin/xtr-export --multihost$export_args"
+XTR_TOOL=xtr-export exec "$(dirname "$0")/tpu_pod.sh" "$@"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs xtr-train on every worker of an *existing* TPU VM pod; creates nothing by itself.
+# Runs xtr-train (or $XTR_TOOL, e.g. xtr-export: launch/export_tpu_pod.sh) on every worker of an
+# *existing* TPU VM pod; creates nothing by itself.
 #
 #   launch/tpu_pod.sh TPU_NAME ZONE --gin_file=gin/runs/xtr_msmarco.gin \
 #     --gin_bindings="MODEL_DIR='gs://bucket/xtr_base'" \
@@ -12,13 +13,13 @@
 # "On a TPU pod" says how to split them).
 set -euo pipefail
 if [[ $# -lt 2 ]]; then
-  echo "usage: $0 TPU_NAME ZONE [xtr-train flags...]" >&2
+  echo "usage: $0 TPU_NAME ZONE [${XTR_TOOL:-xtr-train} flags...]" >&2
   exit 2
 fi
 tpu_name=$1
 zone=$2
 shift 2
 remote_dir=${REMOTE_DIR:-'~/xtr'}
-train_args=$(printf ' %q' "$@")
+tool_args=$(printf ' %q' "$@")
 gcloud compute tpus tpu-vm ssh "$tpu_name" --zone "$zone" --worker=all \
-  --command "cd $remote_dir && .venv/bin/xtr-train --multihost$train_args"
+  --command "cd $remote_dir && .venv/bin/${XTR_TOOL:-xtr-train} --multihost$tool_args"
