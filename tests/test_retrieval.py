@@ -20,6 +20,7 @@ from xtr.index import reader
 from xtr.models import encoding
 from xtr.models import model_spec
 from xtr.retrieval import ranker
+from xtr.retrieval import searcher as searcher_lib
 from xtr.scoring import search_scores
 from xtr.text import tokenization
 
@@ -320,3 +321,14 @@ def test_export_shards_split_the_corpus():
   assert [list(r) for r in ranges] == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
   with pytest.raises(ValueError, match="shard_id"):
     build.shard_range(10, 3, 3)
+
+
+@pytest.mark.parametrize("token_searcher", reader.SEARCHERS)
+def test_scann_is_loaded_up_front_only_for_scann_search(exported, token_searcher):
+  """The exact and device searchers never read ScaNN: opening for them leaves its codes on disk
+  (at MS MARCO's size, tens of GB of host memory)."""
+  model_dir, index_dir = exported
+  _, token_index = searcher_lib.open_for_search(str(index_dir), str(model_dir),
+                                                searcher=token_searcher)
+  loaded = token_index._shards[0]._scann is not None  # pylint: disable=protected-access
+  assert loaded == (token_searcher == "scann")

@@ -133,7 +133,7 @@ def plot(curves: dict[str, dict[str, Any]], path: str) -> None:
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   data = _SPLIT_FLAGS.load()
-  encoder, token_index = _INDEX_FLAGS.open()
+  encoder, token_index = _INDEX_FLAGS.open(_SEARCHER.value)
   cli.corpus_matches_index(data.corpus_path, token_index)
   k = min(_K.value, token_index.num_indexed_tokens)
   result = {

@@ -66,7 +66,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_output_file("out", _OUT.value)
   cli.check_output_file("run_file", _RUN_FILE.value)
   data = _SPLIT_FLAGS.load()
-  encoder, token_index = _INDEX_FLAGS.open()
+  encoder, token_index = _INDEX_FLAGS.open(config.searcher)
   cli.check_index_covers_qrels(token_index.doc_ids, data.qrels, _INDEX_FLAGS.index.value)
   if _RUN_FILE.value:
     beir_eval.check_trec_ids(data.query_ids, token_index.doc_ids)

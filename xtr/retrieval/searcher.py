@@ -22,7 +22,8 @@ Ranking = list[tuple[str, float]]
 
 
 def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
-                    vocabulary: str | None = None) -> tuple[encoding.Encoder, reader.TokenIndex]:
+                    vocabulary: str | None = None,
+                    searcher: str = "scann") -> tuple[encoding.Encoder, reader.TokenIndex]:
   """The token index at `index_path` and the query encoder of `checkpoint`.
 
   The model, vocabulary and lengths come from the index's manifest, as data (nothing stored in
@@ -33,10 +34,13 @@ def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
     verify: the index's checks before first use (`xtr.index.verify.MODES`).
     vocabulary: the vocabulary file to use instead of the index's copy (an index exported
       before xtr kept one); its sha256 must be the recorded one.
+    searcher: the token retrieval that will be used: ScaNN is loaded now only for "scann" (the
+      others never read it).
   """
   token_index = reader.open_index(index_path, verify)
-  # ScaNN holds its codes twice while it loads: before the parameters, that peak adds to less.
-  token_index.load_scann()
+  if searcher == "scann":
+    # ScaNN holds its codes twice while it loads: before the parameters, that peak adds to less.
+    token_index.load_scann()
   params = encoding.load_params(checkpoint)
   encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
                                params, checkpoint, vocabulary or token_index.vocabulary_file())
