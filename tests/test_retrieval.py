@@ -13,6 +13,7 @@ from tests.retrieval_setup import REPO
 from tests.retrieval_setup import SLICE_DOCS as NUM_DOCS
 from tests.retrieval_setup import SLICE_QUERIES as NUM_QUERIES
 import xtr
+from xtr import io as xtr_io
 from xtr.evaluation import beir_eval
 from xtr.index import build
 from xtr.index import files
@@ -150,6 +151,11 @@ def test_eval_beir_cli_reports_metrics_equal_to_pytrec_eval(exported, scifact_sl
   for name, measure in (("ndcg@10", "ndcg_cut_10"), ("recall@100", "recall_100")):
     assert report[name] == pytest.approx(np.mean([v[measure] for v in expected.values()]))
   assert f"nDCG@10 {report['ndcg@10']:.4f}" in process.stdout
+  # The report is a run record too: what made it, and the data's sha256s.
+  assert "--k_prime=200" in report["command"] and report["git_commit"]
+  assert report["data_sha256"][str(scifact_slice / "corpus.jsonl")] == xtr_io.sha256(
+      str(scifact_slice / "corpus.jsonl"))
+  assert "T5Config" in report["gin_config"]
 
 
 def test_eval_refuses_a_checkpoint_the_index_was_not_built_with(exported, scifact_slice, tmp_path):

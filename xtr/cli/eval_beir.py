@@ -18,6 +18,7 @@ import numpy as np
 from xtr import cli
 from xtr import io
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.retrieval import ranker
 
 _SPLIT_FLAGS = cli.SplitFlags("qrels split to evaluate (qrels/{split}.tsv).")
@@ -78,6 +79,7 @@ def main(argv: Sequence[str]) -> None:
                 fingerprint=encoder.fingerprint, corpus_matches_index=corpus_matches,
                 prune_doc=token_index.manifest.get("prune_doc"),
                 indexed_tokens=token_index.num_indexed_tokens, scann_bytes=token_index.scann_bytes)
+  report.update(run_record.provenance([_SPLIT_FLAGS.data_dir.value], _SPLIT_FLAGS.split.value))
   io.write_results(_OUT.value, report)
   if _RUN_FILE.value:
     beir_eval.write_trec_run(run, _RUN_FILE.value, tag=f"xtr-{config.scoring}")

@@ -3,8 +3,10 @@
   {"results": ..., "command": "xtr-demo --gin_file=...", "git_commit": "345bb22… (+ changes)",
    "gin_config": the operative gin config, "data_sha256": {file: sha256}, "date": "2026-…"}
 
-`xtr-demo` writes one beside its metrics (`{out_dir}/run.json`); docs/runs/ holds those that the
-docs quote, and tests/test_run_records.py checks the docs' tables against them.
+`xtr-demo` writes one beside its metrics (`{out_dir}/run.json`), and `xtr-eval-beir`'s --out
+report carries the same provenance fields beside its metrics (so do the launch/ scripts' reports,
+which it writes); docs/runs/ holds those that the docs quote, and tests/test_run_records.py
+checks the docs' tables against them.
 """
 import datetime
 import os
@@ -24,15 +26,19 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def record(results: Any, data_dirs: Sequence[str], split: str) -> dict[str, Any]:
-  """`results` with the command line, git commit, operative gin config, the sha256 of each BEIR
-  directory's corpus, queries and `split` qrels, and the date (UTC)."""
+  """`results` with their `provenance`."""
+  return {"results": results, **provenance(data_dirs, split)}
+
+
+def provenance(data_dirs: Sequence[str], split: str) -> dict[str, Any]:
+  """The command line, git commit, operative gin config, the sha256 of each BEIR directory's
+  corpus, queries and `split` qrels, and the date (UTC)."""
   files = [
       beir_files.resolve(data_dir, name)
       for data_dir in data_dirs
       for name in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{split}.tsv"))
   ]
   return {
-      "results": results,
       "command": shlex.join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
       "git_commit": git_commit(),
       "gin_config": gin.operative_config_str(),
