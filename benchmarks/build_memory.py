@@ -13,7 +13,7 @@ measured over `IndexWriter.finalize` alone (the ScaNN build; /proc/self/clear_re
 high-water mark first). ScaNN's settings are the defaults but `num_leaves` (default here: no
 cap, so the tree keeps √T leaves and each query token scans ~100·√T tokens). Then the test
 queries' tokens search it (k' = 1000, one thread): median ms per query and the recall of the
-exact top-k' over the first 30 queries' tokens. Rows go to OUT_DIR/build_memory.json with the
+exact top-k' over the first 10 queries' tokens. Rows go to OUT_DIR/build_memory.json with the
 fitted exponents of search time and peak RSS against tokens.
 """
 import argparse
@@ -93,7 +93,7 @@ def build_scale(index_dir: str, out_dir: str, scale: int, noise: float, num_leav
 
 
 def _near_duplicate_rate(source: reader.TokenIndex, index: reader.TokenIndex, originals: list[int],
-                         samples: int = 500) -> float | None:
+                         samples: int = 200) -> float | None:
   """How often a sampled copy token's nearest real token is the token it was copied from."""
   copies = np.flatnonzero(np.asarray(originals) >= 0)
   if not len(copies):
@@ -119,7 +119,7 @@ def search_scale(index: reader.TokenIndex, queries: list[np.ndarray]) -> dict:
     start = time.perf_counter()
     index.search_tokens(q, K_PRIME)
     times.append(1000 * (time.perf_counter() - start))
-  sample = np.concatenate(queries[:30])
+  sample = np.concatenate(queries[:10])
   _, docs, positions = index.search_tokens(sample, K_PRIME)
   _, exact_docs, exact_positions = index.search_tokens(sample, K_PRIME, "bruteforce")
   found = [set(zip(d, p)) for d, p in zip(docs, positions)]
