@@ -104,6 +104,11 @@ def scann_bytes(manifest: dict[str, Any]) -> int:
   return bytes_by_kind(manifest)["scann"]
 
 
+def rows_between(rows: np.ndarray, start: int, stop: int) -> np.ndarray:
+  """rows [R] increasing -> those in [start, stop), less start (a chunk's own rows)."""
+  return rows[np.searchsorted(rows, start):np.searchsorted(rows, stop)] - start
+
+
 def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
   """Memory-maps the regular file `path` (symlinks refused), checking its header's shape and
   dtype against the index's records and its size against theirs before mapping it."""

@@ -133,8 +133,7 @@ def _gather_rows(chunks: Iterable[np.ndarray], rows: np.ndarray) -> np.ndarray:
   parts, start = [], 0
   for chunk in chunks:
     stop = start + len(chunk)
-    local = rows[np.searchsorted(rows, start):np.searchsorted(rows, stop)] - start
-    parts.append(np.asarray(chunk[local], np.float32))
+    parts.append(np.asarray(chunk[files.rows_between(rows, start, stop)], np.float32))
     start = stop
   return np.concatenate(parts)
 

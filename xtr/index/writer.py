@@ -353,8 +353,7 @@ class IndexWriter:
           (chunk["num_tokens"], self.settings["dim"]), self.settings["dtype"])
       stop = start + len(vectors)
       if indexed is not None:
-        vectors = vectors[indexed[np.searchsorted(indexed, start):np.searchsorted(indexed, stop)] -
-                          start]
+        vectors = vectors[files.rows_between(indexed, start, stop)]
       yield vectors
       start = stop
 
