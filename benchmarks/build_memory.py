@@ -144,8 +144,8 @@ def main() -> None:
   parser.add_argument("--build", type=int, help="Internal: build this scale in this process.")
   args = parser.parse_args()
   if args.build:
-    row = build_scale(args.index, os.path.join(args.out, f"s{args.build}"), args.build,
-                      args.noise, args.num_leaves)
+    row = build_scale(args.index, os.path.join(args.out, f"s{args.build}"), args.build, args.noise,
+                      args.num_leaves)
     print(json.dumps(row))
     return
   encoder, source = searcher.open_for_search(args.index, args.checkpoint)
