@@ -8,10 +8,11 @@ INDEX_DIR is a complete index with stored vectors (e.g. SciFact's, `xtr-export
 documents, then copies of them drawn at random (seeded) whose token vectors are moved by
 Gaussian noise of norm ~`noise` and renormalized; the rate at which a copy's token has its
 original as nearest neighbour among the real tokens is reported (a low rate: copies are not
-near-duplicates). Each scale is written and built in a fresh process, and its peak RSS is
-measured over `IndexWriter.finalize` alone (the ScaNN build; /proc/self/clear_refs resets the
-high-water mark first). ScaNN's settings are the defaults but `num_leaves` (default here: no
-cap, so the tree keeps √T leaves and each query token scans ~100·√T tokens). Then the test
+near-duplicates). Each scale's chunks are written by one process, then its ScaNN is built by a
+fresh one that does nothing else (`IndexWriter.finalize`, as `xtr-export` does after encoding):
+its peak RSS is that process's, imports included, beside its RSS when the build started.
+ScaNN's settings are the defaults but `num_leaves` (default here: no cap, so the tree keeps √T
+leaves and each query token scans ~100·√T tokens). Then the test
 queries' tokens search it (k' = 1000, one thread): median ms per query and the recall of the
 exact top-k' over the first 10 queries' tokens. Rows go to OUT_DIR/build_memory.json with the
 fitted exponents of search time and peak RSS against tokens.
@@ -37,10 +38,10 @@ DOCS_PER_CHUNK = 1000
 K_PRIME = 1000
 
 
-def _hwm_mb() -> float:
-  """This process's peak resident memory (VmHWM) in MiB."""
+def _status_mb(field: str) -> float:
+  """A memory field of /proc/self/status (VmRSS: resident now, VmHWM: peak) in MiB."""
   with open("/proc/self/status", encoding="ascii") as f:
-    return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM"))
+    return next(int(line.split()[1]) / 1024 for line in f if line.startswith(field + ":"))
 
 
 def _documents(source: reader.TokenIndex, scale: int, noise: float):
@@ -59,14 +60,19 @@ def _documents(source: reader.TokenIndex, scale: int, noise: float):
     total += len(vectors)
 
 
-def build_scale(index_dir: str, out_dir: str, scale: int, noise: float, num_leaves: int) -> dict:
-  """Writes and builds the index of `scale` (in this process); returns its build row."""
-  source = reader.open_index(index_dir)
+def _writer(source: reader.TokenIndex, out_dir: str, scale: int) -> writer_lib.IndexWriter:
+  """The writer of the index of `scale` (a new one, or the one `write_scale` left)."""
   manifest = source.manifest
   corpus = manifest["corpus"] | {"path": f"{scale}x {manifest['corpus']['path']}"}
-  writer = writer_lib.IndexWriter(out_dir, source.dim, manifest["dtype"], manifest["model"],
-                                  manifest["fingerprint"], DOCS_PER_CHUNK, corpus,
-                                  vocabulary=source.vocabulary_file())
+  return writer_lib.IndexWriter(out_dir, source.dim, manifest["dtype"], manifest["model"],
+                                manifest["fingerprint"], DOCS_PER_CHUNK, corpus,
+                                vocabulary=source.vocabulary_file())
+
+
+def write_scale(index_dir: str, out_dir: str, scale: int, noise: float) -> list[int]:
+  """Writes the chunks of the index of `scale`; returns each document's original (-1: real)."""
+  source = reader.open_index(index_dir)
+  writer = _writer(source, out_dir, scale)
   chunk, ids, vectors, originals = 0, [], [], []
   for doc_id, doc_vectors, original in _documents(source, scale, noise):
     ids.append(doc_id)
@@ -77,18 +83,24 @@ def build_scale(index_dir: str, out_dir: str, scale: int, noise: float, num_leav
       chunk, ids, vectors = chunk + 1, [], []
   if ids:
     writer.write_chunk(chunk, ids, vectors)
-  with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-    f.write("5")  # Resets VmHWM: the peak below is the build's.
+  return originals
+
+
+def build_scale(index_dir: str, out_dir: str, scale: int, num_leaves: int) -> dict:
+  """Builds ScaNN over the written chunks of `scale`, in a process that did nothing else: its
+  peak RSS is the process's (imports included) while it builds."""
+  writer = _writer(reader.open_index(index_dir), out_dir, scale)
+  before = _status_mb("VmRSS")
   start = time.perf_counter()
   built = writer.finalize(scann.ScannConfig(num_leaves=num_leaves))
   return {
       "scale": scale,
       "tokens": built["num_tokens"],
       "build_s": time.perf_counter() - start,
-      "build_peak_rss_mb": _hwm_mb(),
+      "rss_before_build_mb": before,
+      "build_peak_rss_mb": _status_mb("VmHWM"),
       "scann_bytes_per_token": files.bytes_by_kind(built)["scann"] / built["num_tokens"],
-      "num_leaves": built["scann"]["num_leaves"],
-      "copies_of": originals
+      "num_leaves": built["scann"]["num_leaves"]
   }
 
 
@@ -141,12 +153,20 @@ def main() -> None:
   parser.add_argument("--scales", default="1,2,4")
   parser.add_argument("--noise", type=float, default=0.3)
   parser.add_argument("--num_leaves", type=int, default=1_000_000)
-  parser.add_argument("--build", type=int, help="Internal: build this scale in this process.")
+  parser.add_argument("--write", type=int, help="Internal: write this scale's chunks.")
+  parser.add_argument("--build", type=int, help="Internal: build this scale's ScaNN.")
   args = parser.parse_args()
+  if args.write:
+    print(
+        json.dumps(
+            write_scale(args.index, os.path.join(args.out, f"s{args.write}"), args.write,
+                        args.noise)))
+    return
   if args.build:
-    row = build_scale(args.index, os.path.join(args.out, f"s{args.build}"), args.build, args.noise,
-                      args.num_leaves)
-    print(json.dumps(row))
+    print(
+        json.dumps(
+            build_scale(args.index, os.path.join(args.out, f"s{args.build}"), args.build,
+                        args.num_leaves)))
     return
   encoder, source = searcher.open_for_search(args.index, args.checkpoint)
   q, q_mask, _ = encoder.encode_queries(beir_eval.load_beir(args.data_dir, "test").queries)
@@ -156,9 +176,12 @@ def main() -> None:
     path = os.path.join(args.out, f"s{scale}")
     record = path + ".build.json"
     if not os.path.exists(record):
-      output = subprocess.run([sys.executable, __file__, *sys.argv[1:], f"--build={scale}"],
-                              check=True, capture_output=True, text=True).stdout
-      io.write_results(record, json.loads(output.splitlines()[-1]))
+      row = {}
+      for step in ("write", "build"):
+        output = subprocess.run([sys.executable, __file__, *sys.argv[1:], f"--{step}={scale}"],
+                                check=True, capture_output=True, text=True).stdout
+        row[step] = json.loads(output.splitlines()[-1])
+      io.write_results(record, row["build"] | {"copies_of": row["write"]})
     with open(record, encoding="utf-8") as f:
       row = json.load(f)
     index = reader.open_index(path)
