@@ -1,5 +1,6 @@
 """ScaNN built from a sample, then fed the token chunks: rows in token order, recall as a build
-over everything in memory, and memory bounded by the sample and a block, not the corpus."""
+over everything in memory, and what Python and numpy allocate bounded by the sample and a block,
+not the corpus (ScaNN's own memory is measured by benchmarks/build_memory.py)."""
 import tracemalloc
 
 import numpy as np

@@ -13,7 +13,7 @@ range of the corpus, and search fans out over the shards. On a pod or on GPU nod
 per host with --multihost instead (launch/export_tpu_pod.sh, launch/export_gpu_nodes.sh): each
 host exports shard jax.process_index() of jax.process_count() on all of its devices. ScaNN
 settings: `ScannConfig` of `xtr.index.scann` (trained on a sample, then fed the chunks from
-disk: the build's memory does not grow with the corpus beyond ScaNN's codes). The index records
+disk: its memory grows with ScaNN's codes, not with float32 copies of the tokens). The index records
 the corpus file's sha256, the document range and the checkpoint's fingerprint: a resumed
 export, a rerun into a complete index or a --repair with another corpus, range or checkpoint is
 refused and leaves the index as it was. A damaged index is repaired by rerunning the command

@@ -99,9 +99,10 @@ def build(chunks: Callable[[], Iterable[np.ndarray]], num_tokens: int,
 
   ScaNN is trained on a seeded sample of `training_sample_size` tokens (the k-means tree on all
   of it, AH codebooks on ScaNN's own sub-sample), then every token is upserted in blocks of
-  `UPSERT_ROWS` in token order: row t of the searcher is token t. Peak memory is the sample,
-  one block as float32 and ScaNN's codes, not the float32 corpus (MS MARCO's 600M tokens of
-  dim 128 would be 307 GB).
+  `UPSERT_ROWS` in token order: row t of the searcher is token t. No float32 copy of the corpus
+  is made (the sample and one block); what grows with the corpus is ScaNN's codes, the index
+  itself, and, in `write`, the copies that ScaNN's serialization makes of them
+  (docs/performance.md, "At corpus scale").
 
   Args:
     chunks: returns a new iterator over the tokens' vectors, [T_c, D] arrays (float16 or float32,

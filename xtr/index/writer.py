@@ -277,8 +277,8 @@ class IndexWriter:
     """Checks the chunks, builds ScaNN and writes doc ids, offsets and (last) the manifest.
 
     ScaNN is trained on a sample of the tokens and then fed the chunks from disk
-    (`scann.build`): the build holds the sample, one block of tokens as float32 and ScaNN's
-    codes (dim bytes per token with the default 1 dimension per block), not the corpus.
+    (`scann.build`): no float32 copy of the tokens is made; the peak grows with ScaNN's codes
+    and the copies its serialization makes of them (docs/performance.md, "At corpus scale").
 
     Returns:
       The manifest.
