@@ -156,18 +156,15 @@ def main() -> None:
   parser.add_argument("--write", type=int, help="Internal: write this scale's chunks.")
   parser.add_argument("--build", type=int, help="Internal: build this scale's ScaNN.")
   args = parser.parse_args()
-  if args.write:
-    print(
-        json.dumps(
-            write_scale(args.index, os.path.join(args.out, f"s{args.write}"), args.write,
-                        args.noise)))
-    return
-  if args.build:
-    print(
-        json.dumps(
-            build_scale(args.index, os.path.join(args.out, f"s{args.build}"), args.build,
-                        args.num_leaves)))
-    return
+  internal_steps = {
+      "write": lambda scale, out: write_scale(args.index, out, scale, args.noise),
+      "build": lambda scale, out: build_scale(args.index, out, scale, args.num_leaves)
+  }
+  for step, run in internal_steps.items():
+    if getattr(args, step):
+      scale = getattr(args, step)
+      print(json.dumps(run(scale, os.path.join(args.out, f"s{scale}"))))
+      return
   encoder, source = searcher.open_for_search(args.index, args.checkpoint)
   q, q_mask, _ = encoder.encode_queries(beir_eval.load_beir(args.data_dir, "test").queries)
   queries = [vectors[mask] for vectors, mask in zip(q, q_mask)]
