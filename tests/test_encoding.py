@@ -59,6 +59,7 @@ def test_length_buckets_encode_as_the_full_length(tmp_path, t5_spm_path):
 
 def _calls(encoder: encoding.Encoder, texts, max_length) -> list:
   """The (args, kwargs) of every batch `encoder` runs to encode `texts`."""
+  assert encoder.dim  # Traced (lazily) before `_apply` is wrapped.
   calls, apply = [], encoder._apply  # pylint: disable=protected-access
   encoder._apply = lambda *args, **kwargs: calls.append((args, kwargs)) or apply(*args, **kwargs)
   try:

@@ -338,3 +338,15 @@ def test_scann_is_loaded_up_front_only_for_scann_search(exported, token_searcher
                                                 searcher=token_searcher)
   loaded = token_index._shards[0]._scann is not None  # pylint: disable=protected-access
   assert loaded == (token_searcher == "scann")
+
+
+def test_a_cold_search_traces_the_model_once(exported, monkeypatch):
+  """The checkpoint the index was exported with is not checked against the model's shapes again
+  (that traces its init), and a lone query's encoding reuses the trace that found the token dim;
+  another checkpoint is still checked (`test_cli`'s token-dim refusal)."""
+  model_dir, index_dir = exported
+  monkeypatch.setattr(model_spec, "_check_params", lambda *_: pytest.fail("shapes checked again"))
+  encoder, _ = searcher_lib.open_for_search(str(index_dir), str(model_dir), searcher="bruteforce")
+  vectors, mask, _ = encoder.encode_queries(["what causes scurvy"])
+  assert vectors.shape[-1] == encoder.dim and mask[0].any()
+  assert encoder._apply._cache_size() == 1  # pylint: disable=protected-access

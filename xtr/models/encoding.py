@@ -4,6 +4,7 @@ Parameters come from an `xtr-train` checkpoint (a model directory or one of its 
 directories) or from a directory of the released XTR weights (`xtr.models.released`); the encoder's
 `fingerprint` (a hash of the parameters) ties an index to the exact weights that built it.
 """
+import functools
 import hashlib
 from typing import Any
 from typing import Sequence
@@ -71,7 +72,8 @@ def check_finite(params: Any, checkpoint: str) -> None:
   """Refuses parameters with a NaN or infinite value (a damaged checkpoint or a diverged run),
   naming the checkpoint and the parameter, before they encode anything."""
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    if not bool(jnp.all(jnp.isfinite(leaf))):
+    # On the host, as `fingerprint` reads them: no program to compile per shape in a cold start.
+    if not np.isfinite(np.asarray(leaf)).all():
       raise ValueError(f"The checkpoint {checkpoint} is damaged or diverged: its parameter "
                        f"{jax.tree_util.keystr(path)} holds NaN or infinite values. Use "
                        "another checkpoint (an earlier step of the run).")
@@ -131,8 +133,14 @@ class Encoder:
     self.fingerprint = fingerprint(self.params)
     self._apply = jax.jit(lambda p, ids, role: model.apply({"params": p}, ids, role=role),
                           static_argnums=2)
-    self.dim = jax.eval_shape(self._apply, self.params, jnp.ones((1, 1), jnp.int32),
-                              "query")[0].shape[-1]
+
+  @functools.cached_property
+  def dim(self) -> int:
+    """The token dim D, found by tracing the model at the shape of one short query, the trace
+    that encoding a lone query then reuses (a cold search traces the model once)."""
+    ids = jax.ShapeDtypeStruct((self._rows.mesh.size, self._bucket(1, self.query_max_length)),
+                               jnp.int32, sharding=self._rows)
+    return jax.eval_shape(self._apply, self.params, ids, "query")[0].shape[-1]
 
   @property
   def has_salience(self) -> bool:

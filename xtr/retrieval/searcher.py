@@ -43,7 +43,8 @@ def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
     token_index.load_scann()
   params = encoding.load_params(checkpoint)
   encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
-                               params, checkpoint, vocabulary or token_index.vocabulary_file())
+                               params, checkpoint, vocabulary or token_index.vocabulary_file(),
+                               token_index.manifest["fingerprint"])
   reader.check_compatible(token_index.manifest, encoder.dim, encoder.fingerprint)
   return encoder, token_index
 
