@@ -70,7 +70,7 @@ def test_pruned_index_holds_each_documents_most_salient_tokens(aligner_indexes):
     expected += sorted(start + j for j in sorted(range(len(u)), key=lambda j: (-u[j], j))[:keep])
     start += len(u)
   shard = pruned._shards[0]  # pylint: disable=protected-access
-  np.testing.assert_array_equal(shard._scann_tokens, expected)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(shard._scann_rows, expected)  # pylint: disable=protected-access
   assert pruned.num_indexed_tokens == len(expected) <= pruned.num_tokens / 4
   assert pruned.manifest["prune_doc"] == 0.2
   # ScaNN's files shrink with the tokens they index (its tree and codes are per token).

@@ -392,8 +392,8 @@ def test_forged_counts_in_the_manifest_are_refused_before_reading_the_files(tmp_
                      r"num_tokens = 100000000000"):
     reader.open_index(str(path))
   _edit_manifest(path, lambda m: m.update(num_docs=10**11))
-  with pytest.raises(files.DamagedIndexError, match=r"5 chunks of docs_per_chunk = 8 cannot hold "
-                     "num_docs = 100000000000"):
+  with pytest.raises(files.DamagedIndexError, match=r"the chunks do not hold num_docs = "
+                     "100000000000 documents"):
     reader.open_index(str(path))
 
 

@@ -20,6 +20,12 @@ refused and leaves the index as it was. A damaged index is repaired by rerunning
 with --repair (an unset --docs_per_chunk takes the index's value). Two exports or repairs of one
 directory at once are refused (export.lock).
 
+--add=CORPUS and --delete=IDS_FILE (one document id per line) update the complete index at --out
+in place (`xtr.index.update`): the deleted documents' tokens leave ScaNN and token retrieval, the
+added documents are encoded with --checkpoint (the index's) and upserted into its ScaNN; a
+kill at any point leaves the old index or the updated one. Deleted documents stay in the chunks
+as tombstones (never candidates) until the corpus is exported again.
+
 --store_vectors=none writes an index for f_XTR' only: ScaNN and the document map, without the
 float token vectors that ColBERT's and ALIGNER's refinement, exact scoring and brute-force
 retrieval read (they are kept while the export runs, for resuming and for ScaNN, then deleted).
@@ -42,9 +48,11 @@ from absl import flags
 import jax
 
 from xtr import cli
+from xtr import io
 from xtr.data import beir_files
 from xtr.index import build
 from xtr.index import files
+from xtr.index import update
 from xtr.index import writer
 from xtr.models import encoding
 
@@ -76,6 +84,12 @@ _PRUNE_DOC = cli.define_fraction(
 _FROM_INDEX = flags.DEFINE_string(
     "from_index", None, "A complete index of the same model and corpus: reuse its token vectors "
     "(linked, not re-encoded) and build ScaNN with --prune_doc.")
+_ADD = flags.DEFINE_string(
+    "add", None, "Add the documents of this BEIR corpus.jsonl(.gz) to the complete index at "
+    "--out (with --checkpoint, the index's).")
+_DELETE = flags.DEFINE_string(
+    "delete", None, "Delete the documents whose ids this file lists, one per line, from the "
+    "complete index at --out (before --add's: an id may be replaced).")
 _REPAIR = flags.DEFINE_bool(
     "repair", False, "Verify a complete index in full and redo what is damaged: "
     "re-encode from the first damaged chunk, rebuild ScaNN. Refused, "
@@ -92,6 +106,12 @@ def main(argv: Sequence[str]) -> None:
   if shard[1] > 1:
     out_dir = files.shard_path(out_dir, *shard)
   prune_doc = _PRUNE_DOC.value
+  if _ADD.value or _DELETE.value:
+    manifest = _update(out_dir)
+    print(f"Updated {out_dir}: {manifest['num_docs'] - manifest['num_deleted_docs']} documents "
+          f"({manifest['num_deleted_docs']} deleted ones kept as tombstones), "
+          f"{manifest['num_indexed_tokens']} tokens in ScaNN.")
+    return
   try:
     manifest = (_reprune(out_dir, prune_doc, shard) if _FROM_INDEX.value else _export(
         out_dir, prune_doc, shard))
@@ -147,6 +167,57 @@ def _reprune(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> d
   cli.parse_gin()  # ScannConfig: another ScaNN of the same vectors.
   print(f"Linking the chunks of {source} into {out_dir}; building its ScaNN index.", flush=True)
   return writer.reprune(source, out_dir, prune_doc, store_vectors=_STORE_VECTORS.value != "none")
+
+
+def _update(out_dir: str) -> dict:
+  """--add, --delete: the manifest of the index at out_dir, updated in place."""
+  others = [
+      f"--{flag.name}" for flag in (_CORPUS, _FROM_INDEX, _REPAIR, _PRUNE_DOC, _DOCS_PER_CHUNK,
+                                    _NUM_SHARDS, _SHARD_ID, _STORE_VECTORS, _MULTIHOST.multihost)
+      if flags.FLAGS[flag.name].present
+  ]
+  if others:
+    raise app.UsageError(f"--add and --delete update the index at --out as it was exported: "
+                         f"they take no {', '.join(others)}.")
+  if _ADD.value and not _CHECKPOINT.value:
+    raise app.UsageError("--add encodes documents: --checkpoint (the index's) is required.")
+  record, deleted, added, encoder = {}, [], None, None
+  if _DELETE.value:
+    deleted = _doc_ids_file(_DELETE.value)
+    record["delete"] = {
+        "path": _DELETE.value,
+        "sha256": io.sha256(_DELETE.value),
+        "num_ids": len(deleted)
+    }
+  if _ADD.value:
+    cli.parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
+    corpus = beir_files.read_jsonl(_ADD.value, beir_files.document_text)
+    added = (list(corpus), list(corpus.values()))
+    record["add"] = {"path": _ADD.value, "sha256": io.sha256(_ADD.value), "num_docs": len(corpus)}
+    encoder = encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
+  return update.update(out_dir, encoder, added, deleted, record)
+
+
+def _doc_ids_file(path: str) -> list[str]:
+  """The document ids of --delete's file, one per line (UTF-8); refuses an empty line or an id
+  given twice, naming the line."""
+  with io.open_regular(path) as f:
+    lines = f.read().split(b"\n")
+  if lines[-1] == b"":
+    lines.pop()
+  ids, seen = [], {}
+  for n, line in enumerate(lines, start=1):
+    try:
+      doc_id = line.removesuffix(b"\r").decode("utf-8")
+    except UnicodeDecodeError:
+      raise app.UsageError(f"--delete={path}:{n}: not UTF-8 text.") from None
+    if not doc_id or doc_id in seen:
+      raise app.UsageError(f"--delete={path}:{n}: " +
+                           (f"the id {doc_id!r} is also on line "
+                            f"{seen[doc_id]}." if doc_id else "an empty line, not a document id."))
+    seen[doc_id] = n
+    ids.append(doc_id)
+  return ids
 
 
 def _export(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> dict:

@@ -24,6 +24,7 @@ DOC_IDS = "doc_ids.jsonl"
 DOC_OFFSETS = "doc_offsets.npy"
 SCANN_TOKENS = "scann_tokens.npy"
 SCANN_DIR = "scann"
+DELETED_DOCS = "deleted_docs.npy"  # [n] int64 increasing: the documents updates deleted.
 VOCABULARY_DIR = "vocabulary"  # The export's copy of the model's vocabulary file.
 DTYPES = ("float32", "float16")
 # `xtr-export --store_vectors`: the stored token vectors' dtype, or none (an index for f_XTR'
@@ -40,6 +41,65 @@ class DamagedIndexError(ValueError):
 def shard_path(root: str, shard: int, num_shards: int) -> str:
   """Directory of shard `shard` of a sharded export under `root`."""
   return os.path.join(root, f"shard-{shard:05d}-of-{num_shards:05d}")
+
+
+def generation_name(name: str, generation: int) -> str:
+  """The name in generation `generation` of a file or directory that an update rewrites
+  (`xtr.index.update`): `name` itself in generation 0 (an export), else doc_ids.g3.jsonl,
+  scann.g3, ..."""
+  if not generation:
+    return name
+  stem, dot, extension = name.partition(".")
+  return f"{stem}.g{generation}{dot}{extension}"
+
+
+def names(manifest: dict[str, Any]) -> dict[str, str]:
+  """{base name: its name in the manifest's generation} of the files an update rewrites."""
+  generation = manifest.get("generation", 0)
+  return {
+      name: generation_name(name, generation)
+      for name in (DOC_IDS, DOC_OFFSETS, SCANN_TOKENS, SCANN_DIR, DELETED_DOCS)
+  }
+
+
+def chunk_doc_starts(manifest: dict[str, Any]) -> np.ndarray:
+  """[C + 1] int64: chunk c holds docs starts[c]:starts[c + 1]."""
+  return np.cumsum([0] + [c["num_docs"] for c in manifest["chunks"]], dtype=np.int64)
+
+
+def doc_offsets(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
+  """[N + 1] int64 doc offsets of a checked manifest's index (checked: `check_offsets`)."""
+  path = os.path.join(index_dir, names(manifest)[DOC_OFFSETS])
+  offsets = np.asarray(load_npy(path, (manifest["num_docs"] + 1,), "int64"))
+  check_offsets(offsets, manifest, path)
+  return offsets
+
+
+def scann_rows(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
+  """[R] int64: the token of each ScaNN row (a new array): the listed scann_tokens (a pruned or
+  updated index) or every token in order. Refuses a table that repeats or leaves the tokens."""
+  if names(manifest)[SCANN_TOKENS] not in manifest["files"]:
+    return np.arange(manifest["num_tokens"], dtype=np.int64)
+  path = os.path.join(index_dir, names(manifest)[SCANN_TOKENS])
+  rows = np.array(load_npy(path, (manifest["num_indexed_tokens"],), "int64"))
+  tokens = np.sort(rows)
+  if len(tokens) and (np.any(np.diff(tokens) <= 0) or tokens[0] < 0 or
+                      tokens[-1] >= manifest["num_tokens"]):
+    raise DamagedIndexError(f"{path} does not hold distinct token indices of the index: the "
+                            "token index is damaged.")
+  return rows
+
+
+def deleted_docs(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
+  """[n] int64 increasing: the docs that updates deleted (tombstones; none in an export)."""
+  if not manifest.get("num_deleted_docs"):
+    return np.zeros(0, np.int64)
+  path = os.path.join(index_dir, names(manifest)[DELETED_DOCS])
+  docs = np.asarray(load_npy(path, (manifest["num_deleted_docs"],), "int64"))
+  if np.any(np.diff(docs) <= 0) or docs[0] < 0 or docs[-1] >= manifest["num_docs"]:
+    raise DamagedIndexError(f"{path} does not hold increasing doc indices of the index: the "
+                            "token index is damaged.")
+  return docs
 
 
 def chunk_files(index_dir: str, chunk: int) -> dict[str, str]:
@@ -87,9 +147,10 @@ def bytes_by_kind(manifest: dict[str, Any]) -> dict[str, int]:
   scann_tokens.npy), "vectors", "salience", "doc_index", "records" (chunk records, doc ids and
   offsets)."""
   out = dict.fromkeys(("scann", "vectors", "salience", "doc_index", "records"), 0)
+  retrieval = names(manifest)
   for path, record in manifest["files"].items():
     chunk_kind = posixpath.basename(path).rsplit("-", 1)[0]  # chunks/<kind>-00000.npy
-    if path.startswith(SCANN_DIR + "/") or path == SCANN_TOKENS:
+    if path.startswith(retrieval[SCANN_DIR] + "/") or path == retrieval[SCANN_TOKENS]:
       kind = "scann"
     elif path.endswith(".npy") and chunk_kind in ("vectors", "salience", "doc_index"):
       kind = chunk_kind
@@ -174,9 +235,6 @@ def check_manifest(manifest: Any, path: str) -> None:
     refuse(f"format {manifest['format']}, expected {FORMAT}")
   if manifest["num_docs"] < 0 or manifest["num_tokens"] < 0 or manifest["docs_per_chunk"] < 1:
     refuse("num_docs, num_tokens or docs_per_chunk is out of range")
-  if len(manifest["chunks"]) != math.ceil(manifest["num_docs"] / manifest["docs_per_chunk"]):
-    refuse(f"{len(manifest['chunks'])} chunks of docs_per_chunk = {manifest['docs_per_chunk']} "
-           f"cannot hold num_docs = {manifest['num_docs']}")
   if manifest["dtype"] not in DTYPES:
     refuse(f"dtype {manifest['dtype']!r} is not one of {DTYPES}")
   for relative, record in manifest["files"].items():
@@ -189,22 +247,43 @@ def check_manifest(manifest: Any, path: str) -> None:
   if not isinstance(manifest.get("vectors_stored", True), bool):
     refuse("field 'vectors_stored' is not a boolean")
   stored = manifest.get("vectors_stored", True)
+  generation = manifest.get("generation", 0)
+  if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+    refuse("field 'generation' is not a non-negative integer")
+  per_chunk = manifest["docs_per_chunk"]
   for i, chunk in enumerate(manifest["chunks"]):
     if (not isinstance(chunk, dict) or not isinstance(chunk.get("num_tokens"), int) or any(
         (key in chunk) != stored for key in ("file", "doc_index_file")) or
         any(chunk[key] not in manifest["files"] for key in CHUNK_FILES if key in chunk)):
       refuse(f"chunks[{i}] needs listed files (vectors and doc index exactly when "
              "vectors_stored) and an integer num_tokens")
+    num_docs = chunk.get("num_docs")
+    # An export's chunks but its last hold docs_per_chunk docs; an update's added ones follow.
+    if (not isinstance(num_docs, int) or not 0 < num_docs <= per_chunk or
+        (not generation and i < len(manifest["chunks"]) - 1 and num_docs != per_chunk)):
+      refuse(f"chunks[{i}].num_docs is not 1 to docs_per_chunk = {per_chunk} (all of them in "
+             "an exported chunk but the last)")
+  if sum(c["num_docs"] for c in manifest["chunks"]) != manifest["num_docs"]:
+    refuse(f"the chunks do not hold num_docs = {manifest['num_docs']} documents")
   prune_doc = manifest.get("prune_doc")
-  if prune_doc is not None and (not isinstance(prune_doc,
-                                               (int, float)) or isinstance(prune_doc, bool) or
-                                not 0 < prune_doc <= 1 or SCANN_TOKENS not in manifest["files"] or
-                                not isinstance(manifest.get("num_indexed_tokens"), int)):
-    refuse(f"prune_doc {prune_doc!r} needs a number in (0, 1], a listed {SCANN_TOKENS} and an "
-           "integer num_indexed_tokens")
+  current = names(manifest)
+  if prune_doc is not None and (not isinstance(prune_doc, (int, float)) or
+                                isinstance(prune_doc, bool) or not 0 < prune_doc <= 1):
+    refuse(f"prune_doc {prune_doc!r} is not a number in (0, 1]")
+  if (prune_doc is not None or
+      generation) and (current[SCANN_TOKENS] not in manifest["files"] or
+                       not isinstance(manifest.get("num_indexed_tokens"), int)):
+    refuse(f"a pruned or updated index needs a listed {current[SCANN_TOKENS]} and an integer "
+           "num_indexed_tokens")
+  deleted = manifest.get("num_deleted_docs", 0)
+  if (not isinstance(deleted, int) or isinstance(deleted, bool) or
+      not 0 <= deleted <= manifest["num_docs"] or
+      (deleted > 0) != (current[DELETED_DOCS] in manifest["files"])):
+    refuse(f"num_deleted_docs is not a count of the docs, with {current[DELETED_DOCS]} listed "
+           "exactly when it is positive")
   if not isinstance(manifest["scann"].get("reorder_k"), int):
     refuse("scann.reorder_k is not an integer")
-  for required in (DOC_IDS, DOC_OFFSETS):
+  for required in (current[DOC_IDS], current[DOC_OFFSETS]):
     if required not in manifest["files"]:
       refuse(f"files does not list {required}")
 
@@ -221,7 +300,7 @@ def check_offsets(offsets: np.ndarray, manifest: dict[str, Any], path: str) -> N
     refuse("does not start at 0 and increase")
   if offsets[-1] != manifest["num_tokens"]:
     refuse(f"ends at {offsets[-1]}, not at num_tokens = {manifest['num_tokens']}")
-  bounds = np.minimum(
-      np.arange(len(manifest["chunks"]) + 1) * manifest["docs_per_chunk"], manifest["num_docs"])
-  if np.diff(offsets[bounds]).tolist() != [c["num_tokens"] for c in manifest["chunks"]]:
+  if np.diff(offsets[chunk_doc_starts(manifest)]).tolist() != [
+      c["num_tokens"] for c in manifest["chunks"]
+  ]:
     refuse("disagrees with the token counts of the chunks")

@@ -38,11 +38,15 @@ class _Shard:
     self.num_tokens = self.manifest["num_tokens"]
     self._verifier = verify_lib.Verifier(path, self.manifest["files"], verify)
     self._verifier.check_sizes()
-    self._verifier.check([files.DOC_IDS, files.DOC_OFFSETS])
+    self._names = files.names(self.manifest)  # This generation's doc ids, offsets, ScaNN, ...
+    self._verifier.check(self._names[name]
+                         for name in (files.DOC_IDS, files.DOC_OFFSETS, files.SCANN_TOKENS,
+                                      files.DELETED_DOCS)
+                         if self._names[name] in self.manifest["files"])
     self.doc_ids = self._read_doc_ids()
-    offsets_path = os.path.join(path, files.DOC_OFFSETS)
-    self.doc_offsets = np.asarray(files.load_npy(offsets_path, (self.num_docs + 1,), "int64"))
-    files.check_offsets(self.doc_offsets, self.manifest, offsets_path)
+    self.doc_offsets = files.doc_offsets(path, self.manifest)
+    self.deleted_docs = files.deleted_docs(path, self.manifest)  # Tombstones of updates.
+    self._chunk_doc_starts = files.chunk_doc_starts(self.manifest)
     self.has_vectors = self.manifest.get("vectors_stored", True)
     self._chunk_vectors = [
         files.load_npy(self._file(chunk["file"]), (chunk["num_tokens"], self.dim),
@@ -63,15 +67,13 @@ class _Shard:
         c[key] for c in self.manifest["chunks"] for key in files.CHUNK_FILES if key in c
     ]
     self.num_indexed_tokens = self.manifest.get("num_indexed_tokens", self.num_tokens)
-    self._scann_tokens = None  # [T_kept] token of each ScaNN row, when the index is pruned.
-    if self.manifest.get("prune_doc") is not None:
-      self._verifier.check([files.SCANN_TOKENS])
-      self._scann_tokens = files.load_npy(os.path.join(path, files.SCANN_TOKENS),
-                                          (self.num_indexed_tokens,), "int64")
-      if np.any(np.diff(self._scann_tokens) <= 0) or not (0 <= self._scann_tokens[0] and
-                                                          self._scann_tokens[-1] < self.num_tokens):
-        raise files.DamagedIndexError(f"{os.path.join(path, files.SCANN_TOKENS)} does not hold "
-                                      "increasing token indices: the token index is damaged.")
+    # When token retrieval holds other tokens than all of them in order (pruned or updated):
+    # [T'] the token of each ScaNN row, and the same tokens in increasing order (the rows of
+    # brute-force and device search).
+    self._scann_rows = self._retrieval_tokens = None
+    if self._names[files.SCANN_TOKENS] in self.manifest["files"]:
+      self._scann_rows = files.scann_rows(path, self.manifest)
+      self._retrieval_tokens = np.sort(self._scann_rows)
     self._scann = None
     self._doc_of_token = None  # [T] int32 local doc of each token, built by `locate`.
 
@@ -92,7 +94,7 @@ class _Shard:
     return self._file(recorded)
 
   def _read_doc_ids(self) -> list[str]:
-    path = os.path.join(self.path, files.DOC_IDS)
+    path = os.path.join(self.path, self._names[files.DOC_IDS])
     with io.open_regular(path) as f:
       doc_ids = [files.json_line(line, path, n) for n, line in enumerate(f, start=1)]
     if len(doc_ids) != self.num_docs or not all(isinstance(d, str) for d in doc_ids):
@@ -127,12 +129,11 @@ class _Shard:
               dtype: type) -> list[np.ndarray]:
     """The rows of local docs `docs` [k] in per-chunk arrays, one array per doc in docs' order:
     one fancy-indexed read per chunk, not one per doc."""
-    docs_per_chunk = self.manifest["docs_per_chunk"]
-    chunk_of = docs // docs_per_chunk
+    chunk_of = np.searchsorted(self._chunk_doc_starts, docs, side="right") - 1
     out = [None] * len(docs)
     for chunk in np.unique(chunk_of):
       where = np.flatnonzero(chunk_of == chunk)
-      first_row = self.doc_offsets[chunk * docs_per_chunk]
+      first_row = self.doc_offsets[self._chunk_doc_starts[chunk]]
       starts = self.doc_offsets[docs[where]] - first_row
       lengths = self.doc_offsets[docs[where] + 1] - first_row - starts
       ends = np.cumsum(lengths)
@@ -158,9 +159,10 @@ class _Shard:
   def load_scann(self) -> None:
     """Verifies and loads the ScaNN searcher (once)."""
     if self._scann is None:
-      names = scann_search.listed_names(self.manifest["files"])
-      self._verifier.check(f"{files.SCANN_DIR}/{name}" for name in sorted(names))
-      self._scann = scann_search.load(os.path.join(self.path, files.SCANN_DIR), names)
+      scann_dir = self._names[files.SCANN_DIR]
+      names = scann_search.listed_names(self.manifest["files"], scann_dir)
+      self._verifier.check(f"{scann_dir}/{name}" for name in sorted(names))
+      self._scann = scann_search.load(os.path.join(self.path, scann_dir), names)
 
   def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None,
                    threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -172,33 +174,38 @@ class _Shard:
                                          threads)
     missing = np.isnan(scores)  # ScaNN found fewer than k tokens.
     tokens = np.where(missing, -1, tokens.astype(np.int64))
-    return np.where(missing, -np.inf, scores).astype(np.float32), self._unpruned(tokens)
+    return np.where(missing, -np.inf, scores).astype(np.float32), _tokens(tokens, self._scann_rows)
 
   def search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none);
     over the tokens ScaNN indexes (all, or those kept by pruning)."""
     scores, rows = exact.search(self.retrieval_chunks(), queries, k)
-    return scores, self._unpruned(rows)
+    return scores, _tokens(rows, self._retrieval_tokens)
 
   def retrieval_chunks(self) -> list[np.ndarray]:
     """The vectors [T_c', D] of the tokens that token retrieval holds, per chunk: all of them
-    (memory-mapped), or with pruning the kept ones (copies), in token order."""
+    (memory-mapped), or those that pruning kept and updates did not delete (copies), in token
+    order."""
     chunks = self._chunks()
-    if self._scann_tokens is None:
+    if self._retrieval_tokens is None:
       return chunks
     offsets = np.cumsum([0] + [len(c) for c in chunks])
-    chunk_of = np.searchsorted(offsets, self._scann_tokens, side="right") - 1
-    return [chunks[c][self._scann_tokens[chunk_of == c] - offsets[c]] for c in range(len(chunks))]
+    return [
+        chunks[c][files.rows_between(self._retrieval_tokens, offsets[c], offsets[c + 1])]
+        for c in range(len(chunks))
+    ]
 
   def retrieval_locations(self) -> tuple[np.ndarray, np.ndarray]:
     """(local doc [T'] int32, position [T'] int32) of each token that token retrieval holds."""
-    return self.locate(self._unpruned(np.arange(self.num_indexed_tokens)))
+    return self.locate(_tokens(np.arange(self.num_indexed_tokens), self._retrieval_tokens))
 
-  def _unpruned(self, rows: np.ndarray) -> np.ndarray:
-    """Rows of the token-retrieval index (-1 = none) -> token indices of the shard."""
-    if self._scann_tokens is None:
-      return rows
-    return np.where(rows >= 0, self._scann_tokens[np.maximum(rows, 0)], -1)
+
+def _tokens(rows: np.ndarray, table: np.ndarray | None) -> np.ndarray:
+  """Rows of a token retrieval (-1 = none) -> token indices of the shard, by `table` [T'] (None:
+  the rows are the tokens)."""
+  if table is None:
+    return rows
+  return np.where(rows >= 0, table[np.maximum(rows, 0)], -1)
 
 
 def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
@@ -246,11 +253,18 @@ class TokenIndex:
     self.num_docs = self.manifest["num_docs"]
     self.num_tokens = self.manifest["num_tokens"]
     self.num_indexed_tokens = sum(s.num_indexed_tokens for s in shards)
+    # [n] increasing global docs that updates deleted: tombstones, in no token retrieval.
+    self.deleted_docs = np.concatenate(
+        [s.deleted_docs + start for s, start in zip(shards, self._doc_starts)])
     self.scann_bytes = sum(files.scann_bytes(s.manifest) for s in shards)  # token retrieval
     self.has_salience = shards[0].has_salience
     self.has_vectors = shards[0].has_vectors
     self._device = None  # device.DeviceTokens, loaded by `on_device`.
     self._pool = None  # The threads that search the shards, made on the first search.
+
+  def live_docs(self) -> np.ndarray:
+    """[N - n] int64: the (global) docs that no update deleted."""
+    return np.setdiff1d(np.arange(self.num_docs), self.deleted_docs)
 
   def verify(self) -> None:
     """Raises DamagedIndexError naming any file whose sha256 differs from the manifest's."""

@@ -197,24 +197,25 @@ def _native_log_captured() -> Iterator[None]:
         logging.debug("ScaNN: %s", text)
 
 
-def write(searcher: scann_ops_pybind.ScannSearcher, index_dir: str) -> dict[str, Any]:
-  """Serializes `searcher` into index_dir/scann (through scann.tmp and a rename).
+def write(searcher: Any, index_dir: str, name: str = files.SCANN_DIR) -> dict[str, Any]:
+  """Serializes `searcher` (built, or loaded by `scann_search`) into index_dir/name (through
+  name.tmp and a rename).
 
   Returns:
     {relative path: {"sha256", "size"}} of the files written, for the manifest.
   """
-  final = os.path.join(index_dir, files.SCANN_DIR)
+  final = os.path.join(index_dir, name)
   tmp = final + ".tmp"
   io.remove_stale(tmp)
   os.mkdir(tmp)
   try:
-    searcher.serialize(tmp, relative_path=True)
+    searcher.serialize(tmp, True)  # Paths relative to the directory.
   except (OSError, RuntimeError) as e:  # A full disk: "RuntimeError: ... I/O error".
     error = io.write_error(tmp, e)  # Before the removal frees what was written.
     io.remove_stale(tmp)
     raise error from e
   io.replace_dir(tmp, final)
   return {
-      f"{files.SCANN_DIR}/{name}": files.record(os.path.join(final, name))
-      for name in sorted(os.listdir(final))
+      f"{name}/{entry}": files.record(os.path.join(final, entry))
+      for entry in sorted(os.listdir(final))
   }

@@ -43,9 +43,10 @@ def _pybind():
   return module
 
 
-def listed_names(listed: dict[str, Any]) -> set[str]:
-  """The names of the scann/ files among a manifest's listed files."""
-  prefix = files.SCANN_DIR + "/"
+def listed_names(listed: dict[str, Any], scann_dir: str = files.SCANN_DIR) -> set[str]:
+  """The names of the files in `scann_dir` (scann/, or an updated index's scann.gN/) among a
+  manifest's listed files."""
+  prefix = scann_dir + "/"
   return {path[len(prefix):] for path in listed if path.startswith(prefix)}
 
 

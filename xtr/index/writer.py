@@ -32,7 +32,7 @@ DOCS_PER_CHUNK = 1000  # when neither the caller nor the directory's settings sa
 # match them. The gin text (kept for the record) and the paths of the corpus and vocabulary
 # files (their sha256s count) may differ.
 _PROVENANCE = ("format", "dim", "dtype", "model", "fingerprint", "docs_per_chunk", "corpus",
-               "prune_doc", "vectors_stored")
+               "prune_doc", "vectors_stored", "updates")
 
 
 class IndexComplete(FileExistsError):
@@ -232,28 +232,8 @@ class IndexWriter:
       if doc_vectors.ndim != 2 or doc_vectors.shape[1] != dim:
         raise ValueError(f"chunk {chunk_id}, doc {doc_id!r}: vectors of shape "
                          f"{doc_vectors.shape}, expected [length, {dim}]")
-    lengths = [len(v) for v in vectors]
-    first_doc = chunk_id * self.settings["docs_per_chunk"]
-    doc_index = np.repeat(np.arange(first_doc, first_doc + len(doc_ids), dtype=np.int32), lengths)
-    # The leading [0, D] array keeps the shape when every doc of the chunk is empty.
-    tokens = np.concatenate([np.zeros((0, dim)), *vectors], dtype=self.settings["dtype"])
-    paths = files.chunk_files(self.out_dir, chunk_id)
-    files.write_npy(paths["vectors"], tokens)
-    files.write_npy(paths["doc_index"], doc_index)
-    record = {
-        "doc_ids": list(doc_ids),
-        "doc_lengths": lengths,
-        "vectors": files.record(paths["vectors"]),
-        "doc_index": files.record(paths["doc_index"])
-    }
-    if saliences is not None:
-      if [len(u) for u in saliences] != lengths:
-        raise ValueError(f"chunk {chunk_id}: salience lengths {[len(u) for u in saliences]} "
-                         f"differ from the vectors' {lengths}")
-      files.write_npy(paths["salience"], np.concatenate([np.zeros(0), *saliences],
-                                                        dtype=np.float32))
-      record["salience"] = files.record(paths["salience"])
-    io.write_json(paths["chunk"], record)
+    write_chunk_files(self.out_dir, chunk_id, chunk_id * self.settings["docs_per_chunk"], doc_ids,
+                      vectors, saliences, dim, self.settings["dtype"])
     self._next_chunk += 1
 
   def _check_next(self, chunk_id: int) -> None:
@@ -387,19 +367,58 @@ class IndexWriter:
         raise files.DamagedIndexError(
             f"{paths[name]} is damaged: its sha256 or size differs from {paths['chunk']}. " +
             verify.repair_hint(self.out_dir))
-      listed[os.path.relpath(paths[name], self.out_dir)] = meta[name]
-    listed[os.path.relpath(paths["chunk"], self.out_dir)] = files.record(paths["chunk"])
-    entry = {
-        "file": os.path.relpath(paths["vectors"], self.out_dir),
-        "doc_index_file": os.path.relpath(paths["doc_index"], self.out_dir),
-        "num_docs": len(meta["doc_ids"]),
-        "num_tokens": sum(meta["doc_lengths"])
-    }
+    entry, chunk_listed = chunk_entry(self.out_dir, chunk, meta)
+    listed.update(chunk_listed)
     if not self.settings.get("vectors_stored", True):  # doc_offsets gives each token's doc.
       del listed[entry.pop("file")], listed[entry.pop("doc_index_file")]
-    if "salience" in meta:
-      entry["salience_file"] = os.path.relpath(paths["salience"], self.out_dir)
     return entry
+
+
+def write_chunk_files(out_dir: str, chunk_id: int, first_doc: int, doc_ids: Sequence[str],
+                      vectors: Sequence[np.ndarray], saliences: Sequence[np.ndarray] | None,
+                      dim: int, dtype: str) -> dict[str, Any]:
+  """Writes chunk `chunk_id`'s files, its docs numbered from `first_doc`, its record last (which
+  marks it complete); returns the record (doc ids and lengths, the files' sha256s and sizes)."""
+  lengths = [len(v) for v in vectors]
+  doc_index = np.repeat(np.arange(first_doc, first_doc + len(doc_ids), dtype=np.int32), lengths)
+  # The leading [0, D] array keeps the shape when every doc of the chunk is empty.
+  tokens = np.concatenate([np.zeros((0, dim)), *vectors], dtype=dtype)
+  paths = files.chunk_files(out_dir, chunk_id)
+  files.write_npy(paths["vectors"], tokens)
+  files.write_npy(paths["doc_index"], doc_index)
+  record = {
+      "doc_ids": list(doc_ids),
+      "doc_lengths": lengths,
+      "vectors": files.record(paths["vectors"]),
+      "doc_index": files.record(paths["doc_index"])
+  }
+  if saliences is not None:
+    if [len(u) for u in saliences] != lengths:
+      raise ValueError(f"chunk {chunk_id}: salience lengths {[len(u) for u in saliences]} "
+                       f"differ from the vectors' {lengths}")
+    files.write_npy(paths["salience"], np.concatenate([np.zeros(0), *saliences], dtype=np.float32))
+    record["salience"] = files.record(paths["salience"])
+  io.write_json(paths["chunk"], record)
+  return record
+
+
+def chunk_entry(out_dir: str, chunk: int, meta: dict[str, Any]) -> tuple[dict, dict]:
+  """(the manifest's entry of chunk `chunk`, {relative path: record} of its files) from its
+  record `meta` (`write_chunk_files`)."""
+  paths = files.chunk_files(out_dir, chunk)
+  relative = {name: os.path.relpath(path, out_dir) for name, path in paths.items()}
+  names = ("vectors", "doc_index", "salience") if "salience" in meta else ("vectors", "doc_index")
+  listed = {relative[name]: meta[name] for name in names}
+  listed[relative["chunk"]] = files.record(paths["chunk"])
+  entry = {
+      "file": relative["vectors"],
+      "doc_index_file": relative["doc_index"],
+      "num_docs": len(meta["doc_ids"]),
+      "num_tokens": sum(meta["doc_lengths"])
+  }
+  if "salience" in meta:
+    entry["salience_file"] = relative["salience"]
+  return entry, listed
 
 
 def drop_unstored_vectors(out_dir: str, manifest: dict[str, Any]) -> None:

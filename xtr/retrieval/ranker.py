@@ -83,8 +83,9 @@ class SearchConfig:
   def within(self, token_index: reader.TokenIndex) -> "SearchConfig":
     """This config with top_k at most the index's documents and k_prime at most the tokens its
     token retrieval holds: more would return nothing more, only allocate more."""
-    return dataclasses.replace(self, top_k=min(self.top_k, token_index.num_docs),
-                               k_prime=min(self.k_prime, token_index.num_indexed_tokens))
+    return dataclasses.replace(
+        self, top_k=min(self.top_k, token_index.num_docs - len(token_index.deleted_docs)),
+        k_prime=min(self.k_prime, token_index.num_indexed_tokens))
 
 
 @dataclasses.dataclass
@@ -320,9 +321,11 @@ def search_alignments(
 
 def _exhaustive(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
                 config: SearchConfig) -> Results:
-  """Exact MaxSim of every query against every document of the index (all in memory)."""
-  docs = token_index.doc_vectors(range(token_index.num_docs))
-  return exact_search(token_index.doc_ids, docs, q, q_mask, config.top_k)
+  """Exact MaxSim of every query against every document of the index (all in memory; not the
+  documents that updates deleted)."""
+  live = token_index.live_docs()
+  return exact_search([token_index.doc_ids[i] for i in live], token_index.doc_vectors(live), q,
+                      q_mask, config.top_k)
 
 
 def exact_search(doc_ids: Sequence[str], docs: Sequence[np.ndarray], q: np.ndarray,

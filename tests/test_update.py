@@ -1,0 +1,272 @@
+"""Updating an index in place (`xtr.index.update`): export A, delete C, add B ranks as a fresh
+export of A - C + B (exactly under brute force and on the devices, within ANN noise under ScaNN),
+again after a second update, after a kill -9 at any point, and with pruning; refusals change
+nothing."""
+import dataclasses
+import json
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.retrieval_setup import REPO
+from tests.retrieval_setup import run_tool
+from tests.test_index import FINGERPRINT
+from tests.test_index import MODEL
+from tests.test_index import _corpus
+from tests.test_index import _files
+from tests.test_index import _ids
+from tests.test_index import _integer_docs
+import xtr
+from xtr.index import files
+from xtr.index import reader
+from xtr.index import update
+from xtr.index import writer as index_writer
+
+DIM = 32
+SALIENCE_MODEL = {**MODEL, "salience": {"gate": "stub"}}  # Stored, not read.
+
+
+@dataclasses.dataclass
+class TableEncoder:
+  """The encoder of documents whose texts are keys of `table`: {text: (vectors, salience)}."""
+  table: dict
+  fingerprint: str = FINGERPRINT
+  dim: int = DIM
+
+  def encode_documents(self, texts):
+    vectors = [self.table[t][0] for t in texts]
+    saliences = [self.table[t][1] for t in texts]
+    return vectors, None if saliences[0] is None else saliences
+
+
+def _corpora(salience=False):
+  """A (40 docs), B (12 new docs), C (9 ids of A to delete): {id: (vectors, salience)}."""
+  docs = _integer_docs(52)
+  rng = np.random.default_rng(5)
+  table = {
+      doc_id: (v, rng.random(len(v)).astype(np.float32) if salience else None)
+      for doc_id, v in zip(_ids(40) + _ids(12, "new"), docs)
+  }
+  deleted = [f"doc-{i}" for i in (0, 3, 4, 5, 17, 22, 23, 38, 39)]
+  return table, _ids(40), _ids(12, "new"), deleted
+
+
+def _export(path, table, doc_ids, prune_doc=None):
+  model = SALIENCE_MODEL if prune_doc else MODEL
+  writer = index_writer.IndexWriter(str(path), DIM, "float32", model, FINGERPRINT, 4,
+                                    _corpus(len(doc_ids)), prune_doc=prune_doc)
+  encoder = TableEncoder(table)
+  for chunk, start in enumerate(range(0, len(doc_ids), 4)):
+    part = doc_ids[start:start + 4]
+    writer.write_chunk(chunk, part, *encoder.encode_documents(part))
+  return writer.finalize()
+
+
+def _update(path, table, added, deleted):
+  return update.update(str(path), TableEncoder(table), (added, added), deleted, {"test": True})
+
+
+def _retrieved(index_dir, queries, k, searcher):
+  """(scores, doc ids, positions) of each query token's top-k tokens."""
+  index = reader.open_index(str(index_dir))
+  scores, docs, positions = index.search_tokens(queries, k, searcher)
+  ids = np.array([index.doc_ids[d] if d >= 0 else "" for d in docs.ravel()]).reshape(docs.shape)
+  return scores, ids, positions
+
+
+def _queries():
+  return np.random.default_rng(1).integers(-8, 9, (16, DIM)).astype(np.float32)
+
+
+def _assert_same_retrieval(got_dir, want_dir, searchers=("bruteforce", "device")):
+  for searcher in searchers:
+    for got, want in zip(_retrieved(got_dir, _queries(), 20, searcher),
+                         _retrieved(want_dir, _queries(), 20, searcher)):
+      np.testing.assert_array_equal(got, want)
+
+
+def _live_ids(table, doc_ids, added, deleted):
+  return [d for d in doc_ids if d not in deleted] + added
+
+
+def test_delete_and_add_rank_as_a_fresh_export(tmp_path):
+  table, doc_ids, added, deleted = _corpora()
+  _export(tmp_path / "updated", table, doc_ids)
+  manifest = _update(tmp_path / "updated", table, added, deleted)
+  _export(tmp_path / "fresh", table, _live_ids(table, doc_ids, added, deleted))
+  _assert_same_retrieval(tmp_path / "updated", tmp_path / "fresh")
+  assert manifest["generation"] == 1 and manifest["num_deleted_docs"] == len(deleted)
+  index = reader.open_index(str(tmp_path / "updated"))
+  index.verify()
+  live = [i for i, d in enumerate(index.doc_ids) if d not in deleted]
+  fresh = reader.open_index(str(tmp_path / "fresh"))
+  for got, want in zip(index.doc_vectors(live), fresh.doc_vectors(range(fresh.num_docs))):
+    np.testing.assert_array_equal(got, want)
+  # The export's doc ids, offsets and ScaNN are gone; the next generation's are listed.
+  assert not (tmp_path / "updated" / files.DOC_IDS).exists()
+  assert not (tmp_path / "updated" / files.SCANN_DIR).exists()
+  assert "scann.g1/scann_assets.pbtxt" in manifest["files"]
+
+
+def test_scann_after_an_update_finds_what_exact_search_finds(tmp_path):
+  """ScaNN's partitions and codebooks were trained on A: the updated searcher's top-k' (its rows
+  mapped to tokens) agree with exact search as a fresh build's do."""
+  table, doc_ids, added, deleted = _corpora()
+  _export(tmp_path / "updated", table, doc_ids)
+  _update(tmp_path / "updated", table, added, deleted)
+  _export(tmp_path / "fresh", table, _live_ids(table, doc_ids, added, deleted))
+  _, exact_ids, exact_positions = _retrieved(tmp_path / "fresh", _queries(), 20, "bruteforce")
+  recall = {}
+  for index_dir in ("updated", "fresh"):
+    _, ids, positions = _retrieved(tmp_path / index_dir, _queries(), 20, "scann")
+    assert not set(ids.ravel()) & set(deleted)
+    recall[index_dir] = np.mean([
+        len(set(zip(*got)) & set(zip(*want))) / 20
+        for got, want in zip(zip(ids, positions), zip(exact_ids, exact_positions))
+    ])
+  assert recall["updated"] >= 0.85 and recall["updated"] >= recall["fresh"] - 0.05, recall
+
+
+def test_a_second_update_replaces_and_deletes_again(tmp_path):
+  table, doc_ids, added, deleted = _corpora()
+  _export(tmp_path / "updated", table, doc_ids)
+  _update(tmp_path / "updated", table, added, deleted)
+  table["doc-3"] = (table["doc-7"][0] + 1, None)  # doc-3 comes back with other vectors,
+  manifest = _update(tmp_path / "updated", table, ["doc-3"], ["new-2", "doc-10"])
+  assert manifest["generation"] == 2 and len(manifest["updates"]) == 2
+  assert not (tmp_path / "updated" / "doc_ids.g1.jsonl").exists()
+  live = _live_ids(table, doc_ids, added, deleted)
+  live = [d for d in live if d not in ("new-2", "doc-10")] + ["doc-3"]
+  _export(tmp_path / "fresh", table, live)
+  _assert_same_retrieval(tmp_path / "updated", tmp_path / "fresh")
+
+
+def test_a_pruned_index_prunes_the_added_documents(tmp_path):
+  table, doc_ids, added, deleted = _corpora(salience=True)
+  _export(tmp_path / "updated", table, doc_ids, prune_doc=0.5)
+  _update(tmp_path / "updated", table, added, deleted)
+  _export(tmp_path / "fresh", table, _live_ids(table, doc_ids, added, deleted), prune_doc=0.5)
+  _assert_same_retrieval(tmp_path / "updated", tmp_path / "fresh")
+
+
+def test_refused_updates_change_nothing(tmp_path):
+  table, doc_ids, added, deleted = _corpora()
+  _export(tmp_path / "index", table, doc_ids)
+  before = _files(tmp_path / "index")
+  for args, message in (((added, ["doc-1", "nope"]), r"id 2 to delete, 'nope', is not a document"),
+                        ((["doc-9"], []), r"'doc-9' is already in the index"),
+                        ((["new-1", "new-1"], []), r"'new-1' is already in the index")):
+    with pytest.raises(ValueError, match=message):
+      _update(tmp_path / "index", table, *args)
+  with pytest.raises(ValueError, match="another checkpoint"):
+    update.update(str(tmp_path / "index"), TableEncoder(table, fingerprint="other"), (added, added),
+                  [], {})
+  assert _files(tmp_path / "index") == before
+  _update(tmp_path / "index", table, [], deleted)
+  with pytest.raises(ValueError, match=r"updates differ"):  # an export into it
+    _export(tmp_path / "index", table, doc_ids)
+  with pytest.raises(ValueError, match=r"'doc-0', is not a document"):  # deleted already
+    _update(tmp_path / "index", table, [], ["doc-0"])
+
+
+# Runs an update that SIGKILLs itself at its N-th rename or removal (argv: index dir, N).
+_KILLED_UPDATE = """
+import os, shutil, signal, sys
+from tests.test_update import _corpora, _update
+calls = [0]
+def killing(real):
+  def call(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == int(sys.argv[2]):
+      os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, **kwargs)
+  return call
+os.replace, os.remove, shutil.rmtree = (killing(os.replace), killing(os.remove),
+                                        killing(shutil.rmtree))
+table, doc_ids, added, deleted = _corpora()
+_update(sys.argv[1], table, added, deleted)
+print("finished")
+"""
+
+
+def test_a_kill_at_any_point_leaves_the_old_or_the_new_index(tmp_path):
+  table, doc_ids, added, deleted = _corpora()
+  _export(tmp_path / "old", table, doc_ids)
+  _export(tmp_path / "new", table, doc_ids)
+  _update(tmp_path / "new", table, added, deleted)
+  outcomes = []
+  for kill_at in range(1, 100):
+    index_dir = tmp_path / f"killed{kill_at}"
+    _export(index_dir, table, doc_ids)
+    process = subprocess.run(
+        [sys.executable, "-c", _KILLED_UPDATE,
+         str(index_dir), str(kill_at)], cwd=REPO, capture_output=True, text=True, check=False)
+    if process.returncode == 0:
+      assert "finished" in process.stdout
+      break
+    assert process.returncode == -signal.SIGKILL, process.stderr[-2000:]
+    committed = "generation" in files.read_json(str(index_dir / files.MANIFEST))
+    reader.open_index(str(index_dir)).verify()
+    _assert_same_retrieval(index_dir, tmp_path / ("new" if committed else "old"),
+                           ("bruteforce", "scann"))
+    outcomes.append(committed)
+    if not committed:  # Rerun, the update does it all.
+      _update(index_dir, table, added, deleted)
+      _assert_same_retrieval(index_dir, tmp_path / "new", ("bruteforce", "scann"))
+  assert False in outcomes and True in outcomes, outcomes  # killed before and after the commit
+
+
+def _slice_update(scifact_slice, tmp_path):
+  """The slice's corpus lines, the ids to delete (10) and the lines to add (5 of them again)."""
+  lines = (scifact_slice / "corpus.jsonl").read_text().splitlines(keepends=True)
+  deleted = lines[20:30]
+  (tmp_path / "delete.txt").write_text("".join(json.loads(line)["_id"] + "\n" for line in deleted))
+  (tmp_path / "add.jsonl").write_text("".join(deleted[:5]))
+  (tmp_path / "fresh.jsonl").write_text("".join(lines[:20] + lines[30:] + deleted[:5]))
+
+
+def test_export_cli_adds_and_deletes_as_a_fresh_export_ranks(exported, scifact_slice, tmp_path,
+                                                             t5_spm_path):
+  """xtr-export --delete --add with the tiny T5: rankings equal to an export of the resulting
+  corpus under brute force; a bad ids file is refused by line, exit 2, the index unchanged."""
+  model_dir, index_dir = exported
+  _slice_update(scifact_slice, tmp_path)
+  updated = tmp_path / "updated"
+  shutil.copytree(index_dir, updated)
+  model = [
+      f"--gin_file={REPO}/gin/models/t5_1_1_tiny.gin",
+      f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+      "--gin_bindings=xtr.models.encoding.Encoder.doc_max_length = 64", f"--checkpoint={model_dir}"
+  ]
+  (tmp_path / "bad.txt").write_text("31715818\n\n")
+  before = _files(updated)
+  process = run_tool("xtr.cli.export", f"--out={updated}", f"--delete={tmp_path / 'bad.txt'}")
+  assert process.returncode == 2 and process.stderr.strip().endswith(
+      f"--delete={tmp_path / 'bad.txt'}:2: an empty line, not a document id."), process.stderr
+  assert _files(updated) == before
+  process = run_tool("xtr.cli.export", *model, f"--out={updated}",
+                     f"--delete={tmp_path / 'delete.txt'}", f"--add={tmp_path / 'add.jsonl'}")
+  assert process.returncode == 0, process.stderr[-3000:]
+  assert "Updated" in process.stdout
+  fresh = tmp_path / "fresh"
+  process = run_tool("xtr.cli.export", *model, f"--corpus={tmp_path / 'fresh.jsonl'}",
+                     f"--out={fresh}", "--docs_per_chunk=40")
+  assert process.returncode == 0, process.stderr[-3000:]
+  queries = [json.loads(q)["text"] for q in (scifact_slice / "queries.jsonl").open()]
+  updated, fresh = (xtr.Searcher(str(d), str(model_dir)) for d in (updated, fresh))
+  for config in ({
+      "searcher": "bruteforce"
+  }, {
+      "searcher": "bruteforce",
+      "scoring": "colbert"
+  }, {
+      "scoring": "exhaustive"
+  }):
+    got, want = (s.search(queries, top_k=10, k_prime=100, **config) for s in (updated, fresh))
+    for a, b in zip(got, want):
+      assert [d for d, _ in a] == [d for d, _ in b], config
+      np.testing.assert_allclose([s for _, s in a], [s for _, s in b], rtol=1e-6)
