@@ -4,6 +4,7 @@ again after a second update, after a kill -9 at any point, and with pruning; ref
 nothing."""
 import dataclasses
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -167,8 +168,14 @@ def test_refused_updates_change_nothing(tmp_path):
                   [], {})
   assert _files(tmp_path / "index") == before
   _update(tmp_path / "index", table, [], deleted)
-  with pytest.raises(ValueError, match=r"updates differ"):  # an export into it
-    _export(tmp_path / "index", table, doc_ids)
+  for repair in (False, True):  # an export into it, or a repair of it
+    with pytest.raises(ValueError, match=r"was updated in place .* nothing was changed"):
+      index_writer.IndexWriter(str(tmp_path / "index"), DIM, "float32", MODEL, FINGERPRINT, 4,
+                               _corpus(len(doc_ids)), repair=repair)
+  with pytest.raises(ValueError, match=r"was updated in place .* hold the deleted documents"):
+    index_writer.reprune(str(tmp_path / "index"), str(tmp_path / "repruned"), None)
+  with pytest.raises(ValueError, match=r"would delete every document"):
+    _update(tmp_path / "index", table, [], [d for d in doc_ids if d not in deleted])
   with pytest.raises(ValueError, match=r"'doc-0', is not a document"):  # deleted already
     _update(tmp_path / "index", table, [], ["doc-0"])
 
@@ -217,6 +224,9 @@ def test_a_kill_at_any_point_leaves_the_old_or_the_new_index(tmp_path):
     if not committed:  # Rerun, the update does it all.
       _update(index_dir, table, added, deleted)
       _assert_same_retrieval(index_dir, tmp_path / "new", ("bruteforce", "scann"))
+    else:  # The next update removes what the kill kept from being removed.
+      _update(index_dir, table, [], ["doc-1"])
+      assert not {files.DOC_IDS, files.SCANN_DIR, "doc_ids.g1.jsonl"} & set(os.listdir(index_dir))
   assert False in outcomes and True in outcomes, outcomes  # killed before and after the commit
 
 
@@ -270,3 +280,16 @@ def test_export_cli_adds_and_deletes_as_a_fresh_export_ranks(exported, scifact_s
     for a, b in zip(got, want):
       assert [d for d, _ in a] == [d for d, _ in b], config
       np.testing.assert_allclose([s for _, s in a], [s for _, s in b], rtol=1e-6)
+
+
+def test_a_damaged_scann_is_refused_before_the_update_changes_anything(tmp_path):
+  table, doc_ids, added, deleted = _corpora()
+  _export(tmp_path / "index", table, doc_ids)
+  codes = tmp_path / "index" / files.SCANN_DIR / "hashed_dataset.npy"
+  data = bytearray(codes.read_bytes())
+  data[-1] ^= 1
+  codes.write_bytes(bytes(data))
+  before = _files(tmp_path / "index")
+  with pytest.raises(files.DamagedIndexError, match=r"hashed_dataset.npy is damaged"):
+    _update(tmp_path / "index", table, added, deleted)
+  assert _files(tmp_path / "index") == before

@@ -64,6 +64,9 @@ def update(index_dir: str, encoder: Any, added: tuple[Sequence[str], Sequence[st
     gone_now = _docs_to_delete(doc_ids, gone, deleted)
     added_ids, texts = added or ([], [])
     _check_added(doc_ids, gone | gone_now, added_ids)
+    if (gone | gone_now).all() and not added_ids:
+      raise ValueError(f"the update would delete every document of {index_dir}; nothing was "
+                       "changed.")
     generation = manifest.get("generation", 0) + 1
     _remove_unlisted(index_dir, manifest, generation)
     new = _commit(index_dir, manifest, generation, doc_ids + list(added_ids), gone | gone_now,
@@ -75,7 +78,8 @@ def update(index_dir: str, encoder: Any, added: tuple[Sequence[str], Sequence[st
 
 
 def _manifest(index_dir: str, encoder: Any) -> dict[str, Any]:
-  """The index's manifest, once everything an update reads or keeps is verified in full."""
+  """The index's manifest, once every listed file's size and the sha256s of those an update
+  reads (doc ids, offsets, ScaNN and its tables; not the chunks it keeps) are verified."""
   path = os.path.join(index_dir, files.MANIFEST)
   if not os.path.lexists(path):
     raise FileNotFoundError(f"{index_dir} is not a complete token index (no {files.MANIFEST}): "
@@ -94,7 +98,10 @@ def _manifest(index_dir: str, encoder: Any) -> dict[str, Any]:
     raise ValueError(f"{index_dir} was exported with another checkpoint (fingerprint "
                      f"{manifest['fingerprint']}, this one's {encoder.fingerprint}): update it "
                      "with the checkpoint it was exported with.")
-  verify.Verifier(index_dir, manifest["files"], "full").check(manifest["files"])
+  read = files.names(manifest).values()
+  verifier = verify.Verifier(index_dir, manifest["files"], "full")
+  verifier.check_sizes()
+  verifier.check(name for name in manifest["files"] if name in read or name.split("/")[0] in read)
   return manifest
 
 
@@ -134,9 +141,12 @@ def _check_added(doc_ids: Sequence[str], gone: np.ndarray, added_ids: Sequence[s
 
 
 def _remove_unlisted(index_dir: str, manifest: dict[str, Any], generation: int) -> None:
-  """Removes what a killed update left: the next generation's files and unlisted chunks."""
-  for name in files.names({"generation": generation}).values():
-    io.remove_stale(os.path.join(index_dir, name))
+  """Removes what a killed update left: the files of generations other than the manifest's (an
+  uncommitted next one, or earlier ones a kill kept from being removed) and unlisted chunks."""
+  current = set(files.names(manifest).values())
+  for earlier in range(generation + 1):
+    for name in set(files.names({"generation": earlier}).values()) - current:
+      io.remove_stale(os.path.join(index_dir, name))
   chunk = len(manifest["chunks"])
   while any(os.path.lexists(p) for p in files.chunk_files(index_dir, chunk).values()):
     for path in files.chunk_files(index_dir, chunk).values():

@@ -32,7 +32,7 @@ DOCS_PER_CHUNK = 1000  # when neither the caller nor the directory's settings sa
 # match them. The gin text (kept for the record) and the paths of the corpus and vocabulary
 # files (their sha256s count) may differ.
 _PROVENANCE = ("format", "dim", "dtype", "model", "fingerprint", "docs_per_chunk", "corpus",
-               "prune_doc", "vectors_stored", "updates")
+               "prune_doc", "vectors_stored")
 
 
 class IndexComplete(FileExistsError):
@@ -166,6 +166,10 @@ class IndexWriter:
     """Refuses settings that differ from the recorded ones; adopts those (so that a resumed
     export writes what the interrupted one would have); prepares a repair. Returns the repair
     report (None: nothing to repair)."""
+    if manifest is not None and manifest.get("updates"):
+      raise ValueError(f"{self.out_dir} was updated in place (xtr-export --add/--delete) after "
+                       "its export: an export or --repair would not hold what it holds; nothing "
+                       "was changed. Export the updated corpus into a new directory.")
     for name, recorded in ((files.MANIFEST, manifest), (files.WRITER, previous)):
       changed = [] if recorded is None else _changed_settings(recorded, self.settings)
       if changed:
@@ -454,6 +458,9 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
                             "index.")
   source = files.read_json(manifest_path)
   files.check_manifest(source, manifest_path)
+  if source.get("updates"):
+    raise ValueError(f"{source_dir} was updated in place (xtr-export --add/--delete): its chunks "
+                     "hold the deleted documents too. Export the updated corpus instead.")
   if not source.get("vectors_stored", True):
     raise ValueError(f"{source_dir} was exported with --store_vectors=none: it has no token "
                      "vectors to build another ScaNN from. Export from the corpus instead.")
