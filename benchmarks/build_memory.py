@@ -1,16 +1,19 @@
 """The ScaNN build at growing corpus sizes: peak memory, build time, search time and recall.
 
   .venv/bin/python benchmarks/build_memory.py INDEX_DIR CHECKPOINT DATA_DIR OUT_DIR \
-      [--scales=1,2,4] [--noise=0.3] [--num_leaves=1000000]
+      [--scales=1,2,4] [--noise=0.3] [--rotate] [--num_leaves=1000000]
 
 INDEX_DIR is a complete index with stored vectors (e.g. SciFact's, `xtr-export
 --store_vectors=float16`). For scale s, OUT_DIR/s{s} is an index of s times its tokens: its
 documents, then copies of them drawn at random (seeded) whose token vectors are moved by
-Gaussian noise of norm ~`noise` and renormalized; the rate at which a copy's token has its
-original as nearest neighbour among the real tokens is reported (a low rate: copies are not
-near-duplicates). Each scale's chunks are written by one process, then its ScaNN is built by a
-fresh one that does nothing else (`IndexWriter.finalize`, as `xtr-export` does after encoding):
-its peak RSS is that process's, imports included, beside its RSS when the build started.
+Gaussian noise of norm ~`noise` and renormalized, and with --rotate first turned by a random
+rotation, one per copy of the corpus (isotropic noise alone leaves copies near-duplicates of their
+originals; a rotation keeps each copy's geometry but puts it elsewhere); the rate at which a copy's
+token has its original as nearest neighbour among the real tokens is reported (a low rate: copies
+are not near-duplicates). Each scale's chunks are written by one process, then its ScaNN is
+built by a fresh one that does nothing else (`IndexWriter.finalize`, as `xtr-export` does after
+encoding): its peak RSS is that process's, imports included, beside its RSS when the build
+started.
 ScaNN's settings are the defaults but `num_leaves` (default here: no cap, so the tree keeps √T
 leaves and each query token scans ~100·√T tokens). Then the test
 queries' tokens search it (k' = 1000, one thread): median ms per query and the recall of the
@@ -18,6 +21,7 @@ exact top-k' over the first 10 queries' tokens. Rows go to OUT_DIR/build_memory.
 fitted exponents of search time and peak RSS against tokens.
 """
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -44,9 +48,18 @@ def _status_mb(field: str) -> float:
     return next(int(line.split()[1]) / 1024 for line in f if line.startswith(field + ":"))
 
 
-def _documents(source: reader.TokenIndex, scale: int, noise: float):
+@functools.cache
+def _rotation(dim: int, seed: int) -> np.ndarray:
+  """[dim, dim] a random orthogonal matrix (seeded)."""
+  q, r = np.linalg.qr(np.random.default_rng(seed).normal(size=(dim, dim)))
+  return q * np.sign(np.diag(r))
+
+
+def _documents(source: reader.TokenIndex, scale: int, noise: float, rotate: bool):
   """Yields (doc id, [len, D] float32 vectors, original doc or -1): the source's documents, then
-  noisy copies until scale times its tokens."""
+  copies until scale times its tokens, moved by noise, and with `rotate` turned by the random
+  rotation of their copy of the corpus (the copies drawn while the tokens pass the 2nd, 3rd, ...
+  multiple of the source's share one)."""
   for start in range(0, source.num_docs, DOCS_PER_CHUNK):
     docs = range(start, min(start + DOCS_PER_CHUNK, source.num_docs))
     for d, vectors in zip(docs, source.doc_vectors(docs)):
@@ -55,6 +68,8 @@ def _documents(source: reader.TokenIndex, scale: int, noise: float):
   while total < scale * source.num_tokens:
     original = int(rng.integers(source.num_docs))
     vectors = source.doc_vectors([original])[0]
+    if rotate:
+      vectors = vectors @ _rotation(vectors.shape[1], total // source.num_tokens)
     moved = vectors + rng.normal(0, noise / np.sqrt(vectors.shape[1]), vectors.shape)
     yield f"copy-{total}", moved / np.linalg.norm(moved, axis=1, keepdims=True), original
     total += len(vectors)
@@ -69,12 +84,12 @@ def _writer(source: reader.TokenIndex, out_dir: str, scale: int) -> writer_lib.I
                                 vocabulary=source.vocabulary_file())
 
 
-def write_scale(index_dir: str, out_dir: str, scale: int, noise: float) -> list[int]:
+def write_scale(index_dir: str, out_dir: str, scale: int, noise: float, rotate: bool) -> list[int]:
   """Writes the chunks of the index of `scale`; returns each document's original (-1: real)."""
   source = reader.open_index(index_dir)
   writer = _writer(source, out_dir, scale)
   chunk, ids, vectors, originals = 0, [], [], []
-  for doc_id, doc_vectors, original in _documents(source, scale, noise):
+  for doc_id, doc_vectors, original in _documents(source, scale, noise, rotate):
     ids.append(doc_id)
     vectors.append(doc_vectors)
     originals.append(original)
@@ -153,11 +168,13 @@ def main() -> None:
   parser.add_argument("--scales", default="1,2,4")
   parser.add_argument("--noise", type=float, default=0.3)
   parser.add_argument("--num_leaves", type=int, default=1_000_000)
+  parser.add_argument("--rotate", action="store_true",
+                      help="turn each copy of the corpus by a random rotation of its own")
   parser.add_argument("--write", type=int, help="Internal: write this scale's chunks.")
   parser.add_argument("--build", type=int, help="Internal: build this scale's ScaNN.")
   args = parser.parse_args()
   internal_steps = {
-      "write": lambda scale, out: write_scale(args.index, out, scale, args.noise),
+      "write": lambda scale, out: write_scale(args.index, out, scale, args.noise, args.rotate),
       "build": lambda scale, out: build_scale(args.index, out, scale, args.num_leaves)
   }
   for step, run in internal_steps.items():
