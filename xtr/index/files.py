@@ -288,6 +288,20 @@ def check_manifest(manifest: Any, path: str) -> None:
       refuse(f"files does not list {required}")
 
 
+def complete_manifest(index_dir: str) -> dict[str, Any]:
+  """The checked manifest of the complete index at `index_dir` (`check_manifest`).
+
+  Raises:
+    FileNotFoundError: `index_dir` holds no manifest (no index, or an unfinished export).
+  """
+  path = os.path.join(index_dir, MANIFEST)
+  if not os.path.lexists(path):
+    raise FileNotFoundError(f"{index_dir} is not a complete token index (no {MANIFEST}).")
+  manifest = read_json(path)
+  check_manifest(manifest, path)
+  return manifest
+
+
 def check_offsets(offsets: np.ndarray, manifest: dict[str, Any], path: str) -> None:
   """Refuses doc offsets [N + 1] that do not start at 0, decrease, end elsewhere than at
   num_tokens or disagree with the chunks' token counts: what the reader allocates from them is

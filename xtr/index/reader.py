@@ -178,7 +178,8 @@ class _Shard:
 
   def search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """queries: [Q, D] float32 -> (scores [Q, k] float32, token index [Q, k] int64, -1 = none);
-    over the tokens ScaNN indexes (all, or those kept by pruning)."""
+    over the tokens ScaNN indexes (all, or those that pruning kept and updates did not
+    delete)."""
     scores, rows = exact.search(self.retrieval_chunks(), queries, k)
     return scores, _tokens(rows, self._retrieval_tokens)
 

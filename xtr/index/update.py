@@ -80,12 +80,7 @@ def update(index_dir: str, encoder: Any, added: tuple[Sequence[str], Sequence[st
 def _manifest(index_dir: str, encoder: Any) -> dict[str, Any]:
   """The index's manifest, once every listed file's size and the sha256s of those an update
   reads (doc ids, offsets, ScaNN and its tables; not the chunks it keeps) are verified."""
-  path = os.path.join(index_dir, files.MANIFEST)
-  if not os.path.lexists(path):
-    raise FileNotFoundError(f"{index_dir} is not a complete token index (no {files.MANIFEST}): "
-                            "export it first.")
-  manifest = files.read_json(path)
-  files.check_manifest(manifest, path)
+  manifest = files.complete_manifest(index_dir)
   corpus = manifest["corpus"]
   if corpus.get("docs") not in (None, [0, corpus.get("total_docs")]):
     raise ValueError(f"{index_dir} is one shard of a sharded export: its shards must tile one "

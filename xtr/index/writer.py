@@ -452,12 +452,7 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
   Returns:
     The manifest of `out_dir`.
   """
-  manifest_path = os.path.join(source_dir, files.MANIFEST)
-  if not os.path.exists(manifest_path):
-    raise FileNotFoundError(f"{manifest_path} does not exist: {source_dir} is not a complete "
-                            "index.")
-  source = files.read_json(manifest_path)
-  files.check_manifest(source, manifest_path)
+  source = files.complete_manifest(source_dir)
   if source.get("updates"):
     raise ValueError(f"{source_dir} was updated in place (xtr-export --add/--delete): its chunks "
                      "hold the deleted documents too. Export the updated corpus instead.")
@@ -466,9 +461,9 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
                      "vectors to build another ScaNN from. Export from the corpus instead.")
   vocabulary = source["model"].get("vocabulary")
   if vocabulary is not None and vocabulary.get("path") not in source["files"]:
-    raise ValueError(f"{manifest_path}: the vocabulary {vocabulary.get('path')!r} is not a file "
-                     "of the index (it was written before xtr kept a copy of its vocabulary): "
-                     "export from the corpus instead.")
+    raise ValueError(f"{os.path.join(source_dir, files.MANIFEST)}: the vocabulary "
+                     f"{vocabulary.get('path')!r} is not a file of the index (it was written "
+                     "before xtr kept a copy of its vocabulary): export from the corpus instead.")
   writer = IndexWriter(out_dir, source["dim"], source["dtype"], source["model"],
                        source["fingerprint"], source["docs_per_chunk"], source["corpus"],
                        source["gin_config"], prune_doc, store_vectors, vocabulary=vocabulary and
