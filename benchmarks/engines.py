@@ -69,7 +69,9 @@ def engines(scanns: dict[str, tuple[str | None, dict]],
     sample; k_token 1000); the tree stays spherical and the codes LUT16 (PyLate hard-codes both).
   plaid_stanford, fast_plaid: PyLate's `indexes.PLAID` with its Stanford backend or fast-plaid,
     PyLate's PLAID defaults (nbits 4, 4 k-means iterations, 8 cells probed, 8192 docs scored).
-  warp: PyLate's `indexes.WARP` (xtr-warp-rs) with PyLate's defaults.
+  warp: PyLate's `indexes.WARP` (xtr-warp-rs) with PyLate's defaults, but its residual codec
+    trained on 40,000 token vectors (xtr-warp-rs's default of 1M overflows torch's `quantile` at
+    384 dims; PyLate does not pass the setting on, the worker sets it).
   """
   scann = next(iter(scanns.values()))[1]
   project_scann = {
@@ -118,7 +120,8 @@ def engines(scanns: dict[str, tuple[str | None, dict]],
       } | plaid),
       "warp": (PEERS_PYTHON, "pylate_index", {
           "name": "warp",
-          "index": "WARP"
+          "index": "WARP",
+          "codec_sample_max_tokens": 40_000
       }),
   }
 

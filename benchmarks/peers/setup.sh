@@ -13,8 +13,9 @@
 # - pylate==1.6.0 without its pins (it pins one fast-plaid build per torch); its other
 #   requirements are installed as listed by its metadata.
 # - scann==1.4.2 for PyLate's ScaNN index (no TensorFlow: scann's pybind builder does not need it).
-# - fast-plaid==1.4.6.2110 and xtr-warp-rs==2.0.3.2110 (the versions PyLate 1.6 asks for) with
-#   --no-deps (pip prints the pins left unmet, e.g. maturin and setuptools, as ERRORs: expected),
+# - fast-plaid==1.4.6.2110 (the version PyLate 1.6 asks for) and xtr-warp-rs==2.1.0.2110 (a
+#   newer one than PyLate's 2.0.3: it can train its codec on a sample, which 384-d tokens need;
+#   PyLate's WARP builds and searches with it, benchmarks/engines.py) with --no-deps (pip prints the pins left unmet, e.g. maturin and setuptools, as ERRORs: expected),
 #   then what they import: duckdb, pyarrow, joblib, usearch.
 # PyLate's Stanford PLAID backend is PyLate's own copy of the Stanford code (pylate.indexes.
 # stanford_nlp): it needs no colbert-ai, only a C++ compiler (g++) for its torch extensions,
@@ -31,7 +32,7 @@ $PIP --no-deps pylate==1.6.0
 $PIP "$TORCH" "sentence-transformers==5.3.0" "transformers>=4.41.0,<=5.3.0" \
     "datasets>=2.20.0" "accelerate>=0.31.0" "pandas>=2.2.1" "ujson==5.12.0" \
     "ninja==1.11.1.4" "fastkmeans==0.5.0" "scann==1.4.2"
-$PIP --no-deps "fast-plaid==1.4.6.2110" "xtr-warp-rs==2.0.3.2110"
+$PIP --no-deps "fast-plaid==1.4.6.2110" "xtr-warp-rs==2.1.0.2110"
 $PIP "usearch>=2.21.0" "duckdb>=1.4.0" "joblib>=1.5.1" "pyarrow>=14"  # Theirs, less maturin.
 command -v "${CXX:-g++}" >/dev/null || echo "warning: no C++ compiler: PyLate's Stanford PLAID" \
     "backend (plaid_stanford) cannot build its torch extensions" >&2

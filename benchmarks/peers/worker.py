@@ -20,6 +20,7 @@ else the libraries print goes to stderr.
 """
 import collections.abc
 import faulthandler
+import functools
 import json
 import os
 import resource
@@ -280,6 +281,8 @@ class PylateIndex(_Pylate):
     if native:
       settings |= {"num_threads": threads, "device": "cpu", "show_progress": False}
       _note_torch_requirement(native)
+    if "codec_sample_max_tokens" in settings:  # xtr-warp-rs's, which PyLate does not pass on.
+      _warp_codec_sample(settings.pop("codec_sample_max_tokens"))
     index_class = getattr(indexes, index)
     _tiny_build(lambda folder: index_class(index_folder=folder, override=True, **settings))
     folder = os.path.join(cache, name)
@@ -295,6 +298,14 @@ class PylateIndex(_Pylate):
 
   def run(self, queries: list[np.ndarray]) -> list:
     return self.index(queries, k=TOP_K)
+
+
+def _warp_codec_sample(tokens: int) -> None:
+  """Makes xtr-warp-rs train its residual codec on at most `tokens` token vectors (its default,
+  1M, overflows torch's `quantile` at 384 dims: "quantile() input tensor is too large")."""
+  from xtr_warp import search  # pylint: disable=import-outside-toplevel
+  search.XTRWarp.create = functools.partialmethod(search.XTRWarp.create,
+                                                  codec_sample_max_tokens=tokens)
 
 
 def _tiny_build(make) -> None:
