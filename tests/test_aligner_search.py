@@ -194,7 +194,7 @@ def test_adapt_alignment_runs_the_few_shot_protocol(aligner_indexes, scifact_sli
   run = {q: dict(r) for q, r in zip(data.query_ids, results.rankings)}
   assert report["strategies"]["top_p:0.02"] == pytest.approx(
       beir_eval.evaluate(data.qrels, run)["ndcg@10"])
-  assert "adapted nDCG@10" in done.stdout
+  assert "adapted nDCG@10" in done.stdout and "95 % CI" in done.stdout
 
 
 @pytest.mark.parametrize("flag,message", [

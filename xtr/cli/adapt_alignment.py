@@ -8,8 +8,9 @@ Each query's candidates are retrieved from the token index once, then rescored w
 strategy of --strategies (no search per strategy). With more labelled queries than --shots, the
 paper's protocol runs: folds of --shots queries, the best strategy of each fold (nDCG@10)
 evaluated on the other queries, mean ± std over folds, beside the default (--alignment) and the
-oracle strategy. With at most --shots labelled queries it picks the best strategy on all of
-them. Your own labelled queries: put them in DATA_DIR/qrels/NAME.tsv (BEIR qrels; their text in
+oracle strategy, and the change against the default with a 95 % bootstrap interval over folds.
+With at most --shots labelled queries it picks the best strategy on all of them. Your own
+labelled queries: put them in DATA_DIR/qrels/NAME.tsv (BEIR qrels; their text in
 DATA_DIR/queries.jsonl) and pass --split=NAME; then search with
 `xtr-search --scoring=aligner --alignment=<chosen>`.
 """
@@ -75,10 +76,13 @@ def main(argv: Sequence[str]) -> None:
   else:
     report = adaptation.adapt(per_query, adaptation.folds(query_ids, _SHOTS.value, _SEED.value),
                               default=str(config.alignment))
-    adapted, default, oracle = report["adapted"], report["default"], report["oracle"]
+    adapted, change = report["adapted"], report["change"]
+    default, oracle = report["default"], report["oracle"]
     print(f"{_SPLIT_FLAGS.data_dir.value} {_SPLIT_FLAGS.split.value}, {len(report['folds'])} "
           f"folds of {_SHOTS.value}: "
-          f"adapted nDCG@10 {adapted['mean']:.4f} ± {adapted['std']:.4f} | default "
+          f"adapted nDCG@10 {adapted['mean']:.4f} ± {adapted['std']:.4f}, change "
+          f"{change['mean']:+.4f} (95 % CI {change['ci95'][0]:+.4f} .. "
+          f"{change['ci95'][1]:+.4f}) | default "
           f"{default['strategy']} {default['ndcg@10']:.4f} | oracle {oracle['strategy']} "
           f"{oracle['ndcg@10']:.4f}")
   report.update(data_dir=_SPLIT_FLAGS.data_dir.value, split=_SPLIT_FLAGS.split.value,

@@ -75,6 +75,16 @@ def doc_offsets(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
   return offsets
 
 
+def doc_ids(index_dir: str, manifest: dict[str, Any]) -> list[str]:
+  """The [N] doc ids of a checked manifest's index, one JSON string per line."""
+  path = os.path.join(index_dir, names(manifest)[DOC_IDS])
+  with io.open_regular(path) as f:
+    ids = [json_line(line, path, n) for n, line in enumerate(f, start=1)]
+  if len(ids) != manifest["num_docs"] or not all(isinstance(i, str) for i in ids):
+    raise DamagedIndexError(f"{path}: expected {manifest['num_docs']} doc id strings.")
+  return ids
+
+
 def scann_rows(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
   """[R] int64: the token of each ScaNN row (a new array): the listed scann_tokens (a pruned or
   updated index) or every token in order. Refuses a table that repeats or leaves the tokens."""
@@ -82,12 +92,18 @@ def scann_rows(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
     return np.arange(manifest["num_tokens"], dtype=np.int64)
   path = os.path.join(index_dir, names(manifest)[SCANN_TOKENS])
   rows = np.array(load_npy(path, (manifest["num_indexed_tokens"],), "int64"))
-  tokens = np.sort(rows)
+  tokens = increasing(rows)
   if len(tokens) and (np.any(np.diff(tokens) <= 0) or tokens[0] < 0 or
                       tokens[-1] >= manifest["num_tokens"]):
     raise DamagedIndexError(f"{path} does not hold distinct token indices of the index: the "
                             "token index is damaged.")
   return rows
+
+
+def increasing(tokens: np.ndarray) -> np.ndarray:
+  """[R] int64 -> the same values in increasing order (`tokens` itself when they already are: a
+  pruned export's table)."""
+  return tokens if np.all(tokens[1:] >= tokens[:-1]) else np.sort(tokens)
 
 
 def deleted_docs(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:

@@ -43,7 +43,7 @@ class _Shard:
                          for name in (files.DOC_IDS, files.DOC_OFFSETS, files.SCANN_TOKENS,
                                       files.DELETED_DOCS)
                          if self._names[name] in self.manifest["files"])
-    self.doc_ids = self._read_doc_ids()
+    self.doc_ids = files.doc_ids(path, self.manifest)
     self.doc_offsets = files.doc_offsets(path, self.manifest)
     self.deleted_docs = files.deleted_docs(path, self.manifest)  # Tombstones of updates.
     self._chunk_doc_starts = files.chunk_doc_starts(self.manifest)
@@ -73,7 +73,7 @@ class _Shard:
     self._scann_rows = self._retrieval_tokens = None
     if self._names[files.SCANN_TOKENS] in self.manifest["files"]:
       self._scann_rows = files.scann_rows(path, self.manifest)
-      self._retrieval_tokens = np.sort(self._scann_rows)
+      self._retrieval_tokens = files.increasing(self._scann_rows)
     self._scann = None
     self._doc_of_token = None  # [T] int32 local doc of each token, built by `locate`.
 
@@ -92,14 +92,6 @@ class _Shard:
           "vocabulary): search it with --vocabulary=PATH, a local copy of that file.")
     self._verifier.check([recorded])
     return self._file(recorded)
-
-  def _read_doc_ids(self) -> list[str]:
-    path = os.path.join(self.path, self._names[files.DOC_IDS])
-    with io.open_regular(path) as f:
-      doc_ids = [files.json_line(line, path, n) for n, line in enumerate(f, start=1)]
-    if len(doc_ids) != self.num_docs or not all(isinstance(d, str) for d in doc_ids):
-      raise files.DamagedIndexError(f"{path}: expected {self.num_docs} doc id strings.")
-    return doc_ids
 
   def _chunks(self) -> list[np.ndarray]:
     """The chunks' token vectors [T_c, D] (memory-mapped), verified before their first use."""

@@ -59,7 +59,7 @@ def update(index_dir: str, encoder: Any, added: tuple[Sequence[str], Sequence[st
       lock, "update", lambda holder: f"{index_dir} is being written by another export "
       f"({holder}, holding {lock}); wait for it to finish."):
     manifest = _manifest(index_dir, encoder)
-    doc_ids = _read_doc_ids(index_dir, manifest)
+    doc_ids = files.doc_ids(index_dir, manifest)
     gone = _deleted_mask(index_dir, manifest)
     gone_now = _docs_to_delete(doc_ids, gone, deleted)
     added_ids, texts = added or ([], [])
@@ -98,12 +98,6 @@ def _manifest(index_dir: str, encoder: Any) -> dict[str, Any]:
   verifier.check_sizes()
   verifier.check(name for name in manifest["files"] if name in read or name.split("/")[0] in read)
   return manifest
-
-
-def _read_doc_ids(index_dir: str, manifest: dict[str, Any]) -> list[str]:
-  path = os.path.join(index_dir, files.names(manifest)[files.DOC_IDS])
-  with io.open_regular(path) as f:
-    return [files.json_line(line, path, n) for n, line in enumerate(f, start=1)]
 
 
 def _deleted_mask(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
