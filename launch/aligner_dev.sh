@@ -17,7 +17,7 @@ data=runs/scifact_dev
 bin=.venv/bin
 
 [[ -f $data/qrels/dev.tsv ]] || $bin/python -c \
-  "from xtr import beir_files; beir_files.carve_dev_split('data/scifact', '$data')"
+  "from xtr.data import beir_files; beir_files.carve_dev_split('data/scifact', '$data')"
 
 for variant in entropy_lp relu; do
   gin=(--gin_file=gin/runs/aligner_minilm_scifact.gin --gin_bindings="DATA_DIR = '$data'"

@@ -23,6 +23,7 @@ from xtr.index import files
 from xtr.index import reader
 from xtr.models import encoding
 from xtr.retrieval import ranker
+from xtr.scoring import adaptation
 from xtr.scoring import alignment
 
 SALIENCE = ("xtr_encoder.XTREncoder.salience = @salience.Salience()",
@@ -195,6 +196,10 @@ def test_adapt_alignment_runs_the_few_shot_protocol(aligner_indexes, scifact_sli
   assert report["strategies"]["top_p:0.02"] == pytest.approx(
       beir_eval.evaluate(data.qrels, run)["ndcg@10"])
   assert "adapted nDCG@10" in done.stdout and "95 % CI" in done.stdout
+  assert "--shots=4" in report["command"] and report["data_sha256"]
+  # The report's per-query scores give its protocol again (as launch/ computes other fold sizes).
+  again = adaptation.adapt(report["per_query"], [f["queries"] for f in report["folds"]])
+  assert json.loads(json.dumps(again)) == {k: report[k] for k in again}
 
 
 @pytest.mark.parametrize("flag,message", [

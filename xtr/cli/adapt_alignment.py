@@ -12,7 +12,9 @@ oracle strategy, and the change against the default with a 95 % bootstrap interv
 With at most --shots labelled queries it picks the best strategy on all of them. Your own
 labelled queries: put them in DATA_DIR/qrels/NAME.tsv (BEIR qrels; their text in
 DATA_DIR/queries.jsonl) and pass --split=NAME; then search with
-`xtr-search --scoring=aligner --alignment=<chosen>`.
+`xtr-search --scoring=aligner --alignment=<chosen>`. The report holds every strategy's nDCG@10
+per query (`per_query`), from which `adaptation.adapt` gives other fold sizes and seeds without
+another search.
 """
 from typing import Sequence
 
@@ -21,6 +23,7 @@ from absl import flags
 from xtr import cli
 from xtr import io
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.retrieval import ranker
 from xtr.scoring import adaptation
 from xtr.scoring import alignment
@@ -88,7 +91,8 @@ def main(argv: Sequence[str]) -> None:
   report.update(data_dir=_SPLIT_FLAGS.data_dir.value, split=_SPLIT_FLAGS.split.value,
                 index=_INDEX_FLAGS.index.value, checkpoint=_INDEX_FLAGS.checkpoint.value,
                 shots=_SHOTS.value, seed=_SEED.value, k_prime=config.k_prime,
-                prune_query=config.prune_query, num_queries=len(query_ids))
+                prune_query=config.prune_query, num_queries=len(query_ids), per_query=per_query)
+  report.update(run_record.provenance([_SPLIT_FLAGS.data_dir.value], _SPLIT_FLAGS.split.value))
   io.write_results(_OUT.value, report)
 
 

@@ -203,7 +203,11 @@ _colbert = jax.jit(functions.f_colbert)
 
 
 @functools.partial(jax.jit, static_argnames="alignment")
-def _aligner(q, q_mask, u_q, d, d_mask, u_d, alignment):
+def aligner_scores(q: jax.Array, q_mask: jax.Array, u_q: jax.Array | None, d: jax.Array,
+                   d_mask: jax.Array, u_d: jax.Array | None,
+                   alignment: alignment_lib.Alignment) -> jax.Array:
+  """ALIGNER's sim(Q, D) (eq. 1-2) of every query and document: q [B, n, D], q_mask [B, n],
+  u_q [B, n] (None: 1), d [C, m, D], d_mask [C, m], u_d [C, m] (None: 1) -> [B, C] float32."""
   return alignment.from_token_scores(functions.token_scores(q, d), q_mask, d_mask, u_q, u_d)
 
 
@@ -270,7 +274,7 @@ def alignment_rerank(q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray | None,
   """
   u_q = None if u_q is None else u_q[None]
   scores = [
-      np.asarray(_aligner(q[None], q_mask[None], u_q, d, d_mask, u_d, alignment))[0, :num]
+      np.asarray(aligner_scores(q[None], q_mask[None], u_q, d, d_mask, u_d, alignment))[0, :num]
       for num, d, d_mask, u_d in _padded_blocks(doc_vectors, doc_saliences, docs_per_step)
   ]
   return np.concatenate(scores) if scores else np.zeros(0, np.float32)
