@@ -12,6 +12,8 @@ valid tokens whose λ is fractional (0.01 < λ < 0.99: where gradients flow), an
 """
 import argparse
 import json
+import shlex
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -81,12 +83,14 @@ def main() -> None:
       print("  " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
   if args.out:
     with open(args.out, "w", encoding="utf-8") as f:
-      json.dump({
-          "index": args.index,
-          "docs": len(saliences),
-          "alpha": args.alpha,
-          **results
-      }, f, indent=1)
+      json.dump(
+          {
+              "command": shlex.join(["benchmarks/entropy_lp_solver.py", *sys.argv[1:]]),
+              "index": args.index,
+              "docs": len(saliences),
+              "alpha": args.alpha,
+              **results
+          }, f, indent=1)
 
 
 if __name__ == "__main__":

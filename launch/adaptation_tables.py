@@ -29,10 +29,36 @@ def study(report: dict) -> dict:
 
 
 def cell(result: dict) -> str:
-  change = result["change"]
-  low, high = change["ci95"]
-  return (f"{result['adapted']['mean']:.4f} | {change['mean']:+.4f} "
+  low, high = result["change"]["ci95"]
+  return (f"{result['adapted']['mean']:.4f} | {result['change']['mean']:+.4f} "
           f"[{low:+.4f}, {high:+.4f}]")
+
+
+def entry(report: dict) -> dict:
+  """The record of one xtr-adapt-alignment report: its scores, both fold sizes' protocol and
+  its provenance."""
+  return {
+      "default": report["default"],
+      "oracle": report["oracle"],
+      "strategies": report["strategies"],
+      "shots": {
+          str(shots): {
+              k: result[k] for k in ("adapted", "change", "chosen_counts")
+          } for shots, result in study(report).items()
+      },
+      "num_queries": report["num_queries"],
+      "provenance": {
+          k: report[k] for k in ("command", "git_commit", "data_sha256", "date", "index")
+      },
+  }
+
+
+def row(name: str, label: str, result: dict) -> str:
+  """The table's row of one record entry."""
+  oracle = result["oracle"]
+  return (f"| {name} | {label} | {result['default']['ndcg@10']:.4f} | "
+          f"{cell(result['shots']['8'])} | {cell(result['shots']['16'])} | "
+          f"{oracle['ndcg@10']:.4f} ({oracle['strategy']}) |")
 
 
 def main(root: pathlib.Path) -> None:
@@ -43,28 +69,9 @@ def main(root: pathlib.Path) -> None:
   for set_dir in sorted(p for p in root.iterdir() if p.is_dir()):
     for label, index in INDEXES:
       path = set_dir / f"adapt_{index}.json"
-      if not path.exists():
-        continue
-      report = json.loads(path.read_text())
-      results = study(report)
-      oracle = report["oracle"]
-      print(f"| {set_dir.name} | {label} | {report['default']['ndcg@10']:.4f} | "
-            f"{cell(results[8])} | {cell(results[16])} | {oracle['ndcg@10']:.4f} "
-            f"({oracle['strategy']}) |")
-      record[f"{set_dir.name}/{index}"] = {
-          "default": report["default"],
-          "oracle": oracle,
-          "strategies": report["strategies"],
-          "shots": {
-              shots: {
-                  k: result[k] for k in ("adapted", "change", "chosen_counts")
-              } for shots, result in results.items()
-          },
-          "num_queries": report["num_queries"],
-          "provenance": {
-              k: report[k] for k in ("command", "git_commit", "data_sha256", "date", "index")
-          },
-      }
+      if path.exists():
+        record[f"{set_dir.name}/{index}"] = result = entry(json.loads(path.read_text()))
+        print(row(set_dir.name, label, result))
   (root / "record.json").write_text(json.dumps(record, indent=1) + "\n")
 
 

@@ -3,8 +3,9 @@ logs of launch/entropy_lp_study.sh.
 
   .venv/bin/python launch/entropy_lp_summary.py runs/entropy_lp_study
 
-Per run: dev nDCG@10 at each evaluation, and the mean loss, gradient norm and saliences of the
-logged steps of the first and second half of training.
+Per run: dev nDCG@10 over the bounded candidates at each evaluation, nDCG@10 and Recall@100 of
+full-corpus retrieval where it was run (OUT_DIR/<name>/dev_index.json), and the mean loss,
+gradient norm and document salience of the logged steps of each half of training.
 """
 import json
 import pathlib
@@ -41,21 +42,28 @@ def halves(steps: dict, metric: str) -> tuple[float, float]:
 
 def main(out: pathlib.Path) -> None:
   summary = {}
-  print("| run | dev nDCG@10 (step 75 / 150) | loss (1st / 2nd half) | grad norm | "
-        "document salience |\n" + "|---" * 5 + "|")
+  print("| run | dev nDCG@10, candidates (step 75 / 150) | full retrieval: nDCG@10 / R@100 | "
+        "loss (1st / 2nd half) | grad norm | document salience |\n" + "|---" * 6 + "|")
   for name in RUNS:
     path = out / name / "train.log"
     if not path.exists():
       continue
     run = parse(path.read_text())
+    full = out / name / "dev_index.json"
+    if full.exists():
+      report = json.loads(full.read_text())
+      run["full_retrieval"] = {k: report[k] for k in ("ndcg@10", "recall@100", "command")}
     summary[name] = run
     ndcg = " / ".join(f"{v:.4f}" for _, v in sorted(run["dev_ndcg@10"].items()))
+    retrieval = run.get("full_retrieval")
+    retrieval = ("—" if retrieval is None else
+                 f"{retrieval['ndcg@10']:.4f} / {retrieval['recall@100']:.4f}")
     cells = [
         " / ".join(f"{v:.3f}"
                    for v in halves(run["steps"], metric))
         for metric in ("loss", "grad_norm", "document_salience")
     ]
-    print(f"| {name} | {ndcg} | " + " | ".join(cells) + " |")
+    print(f"| {name} | {ndcg} | {retrieval} | " + " | ".join(cells) + " |")
   (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 

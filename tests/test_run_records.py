@@ -67,3 +67,46 @@ def test_the_demo_numbers_of_the_readme_are_its_records():
       r"MRR@10 ([\d.]+); run record", readme)
   assert quoted.groups() == (f"{xtr['ndcg@10']:.4f}", f"{xtr['recall@100']:.4f}",
                              f"{xtr['mrr@10']:.4f}")
+
+
+def _rows(heading: str, first_cell: str) -> list[list[str]]:
+  """The cells of the table rows under `heading` in docs/results.md (up to the next heading)
+  whose first cell matches the regex `first_cell`."""
+  text = (REPO / "docs" / "results.md").read_text()
+  section = text[text.index(heading) + len(heading):]
+  section = re.split(r"\n#+ ", section)[0]
+  return [[c.strip()
+           for c in line.split("|")[1:-1]]
+          for line in section.splitlines()
+          if line.startswith("|") and re.fullmatch(first_cell,
+                                                   line.split("|")[1].strip())]
+
+
+def test_the_adaptation_table_holds_its_records_numbers():
+  record = json.loads((REPO / "docs" / "runs" / "aligner_adaptation.json").read_text())
+  labels = {"index": "100 %", "index_d0.4": "40 %", "index_d0.2": "20 %"}
+  want = []
+  for key, entry in record.items():
+    name, index = key.split("/")
+    cells = [name, labels[index], f"{entry['default']['ndcg@10']:.4f}"]
+    for shots in ("8", "16"):
+      result = entry["shots"][shots]
+      low, high = result["change"]["ci95"]
+      cells += [
+          f"{result['adapted']['mean']:.4f}",
+          f"{result['change']['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
+      ]
+    cells.append(f"{entry['oracle']['ndcg@10']:.4f} ({entry['oracle']['strategy']})")
+    want.append(cells)
+  assert _rows("### Adaptation study", r"scifact|nfcorpus") == want
+
+
+def test_the_entropy_lp_table_holds_its_records_numbers():
+  record = json.loads((REPO / "docs" / "runs" / "entropy_lp_study.json").read_text())
+  rows = _rows("### Why the entropy-LP gate trains worse here", r"(?!run$)[a-z_0-9.]+")
+  assert [row[0] for row in rows] == list(record)
+  for row, run in zip(rows, record.values()):
+    by_step = sorted(run["dev_ndcg@10"].items(), key=lambda item: int(item[0]))
+    assert row[1] == " / ".join(f"{value:.4f}" for _, value in by_step)
+    full = run.get("full_retrieval")
+    assert row[2] == ("—" if full is None else f"{full['ndcg@10']:.4f} / {full['recall@100']:.4f}")
