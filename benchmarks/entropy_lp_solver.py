@@ -11,7 +11,6 @@ valid tokens whose λ is fractional (0.01 < λ < 0.99: where gradients flow), an
 |∂(Σ_i λ_i s_i)/∂s_j| (how steep the gate is: ~1/ε at a fractional token).
 """
 import argparse
-import json
 import shlex
 import sys
 
@@ -19,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xtr import io
 from xtr.index import reader
 from xtr.models import salience
 from xtr.models import top_k
@@ -82,15 +82,14 @@ def main() -> None:
       results[name]["settings"].append(row)
       print("  " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
   if args.out:
-    with open(args.out, "w", encoding="utf-8") as f:
-      json.dump(
-          {
-              "command": shlex.join(["benchmarks/entropy_lp_solver.py", *sys.argv[1:]]),
-              "index": args.index,
-              "docs": len(saliences),
-              "alpha": args.alpha,
-              **results
-          }, f, indent=1)
+    io.write_results(
+        args.out, {
+            "command": shlex.join(["benchmarks/entropy_lp_solver.py", *sys.argv[1:]]),
+            "index": args.index,
+            "docs": len(saliences),
+            "alpha": args.alpha,
+            **results
+        })
 
 
 if __name__ == "__main__":

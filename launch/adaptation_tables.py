@@ -12,6 +12,7 @@ import json
 import pathlib
 import sys
 
+from xtr import io
 from xtr.scoring import adaptation
 
 INDEXES = (("100 %", "index"), ("40 %", "index_d0.4"), ("20 %", "index_d0.2"))
@@ -72,7 +73,7 @@ def main(root: pathlib.Path) -> None:
       if path.exists():
         record[f"{set_dir.name}/{index}"] = result = entry(json.loads(path.read_text()))
         print(row(set_dir.name, label, result))
-  (root / "record.json").write_text(json.dumps(record, indent=1) + "\n")
+  io.write_results(str(root / "record.json"), record)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 
+from xtr import io
+
 RUNS = ("relu", "entropy_lp", "solver_1000", "epsilon_0.2", "alpha_0.9")
 STEP = re.compile(r"^step (\d+)/\d+ \| (.*?) \| [\d.]+ steps/s")
 EVALUATION = re.compile(r"^step (\d+) \| dev_ndcg@10 ([\d.]+)$")
@@ -64,7 +66,7 @@ def main(out: pathlib.Path) -> None:
         for metric in ("loss", "grad_norm", "document_salience")
     ]
     print(f"| {name} | {ndcg} | {retrieval} | " + " | ".join(cells) + " |")
-  (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+  io.write_results(str(out / "summary.json"), summary)
 
 
 if __name__ == "__main__":
