@@ -1,7 +1,7 @@
 """Updating an index in place (`xtr.index.update`): export A, delete C, add B ranks as a fresh
 export of A - C + B (exactly under brute force and on the devices, within ANN noise under ScaNN),
 again after a second update, after a kill -9 at any point, and with pruning; refusals change
-nothing."""
+nothing; `--from_index` compacts an updated index into the chunks of a fresh export."""
 import dataclasses
 import json
 import os
@@ -172,12 +172,53 @@ def test_refused_updates_change_nothing(tmp_path):
     with pytest.raises(ValueError, match=r"was updated in place .* nothing was changed"):
       index_writer.IndexWriter(str(tmp_path / "index"), DIM, "float32", MODEL, FINGERPRINT, 4,
                                _corpus(len(doc_ids)), repair=repair)
-  with pytest.raises(ValueError, match=r"was updated in place .* hold the deleted documents"):
-    index_writer.reprune(str(tmp_path / "index"), str(tmp_path / "repruned"), None)
   with pytest.raises(ValueError, match=r"would delete every document"):
     _update(tmp_path / "index", table, [], [d for d in doc_ids if d not in deleted])
   with pytest.raises(ValueError, match=r"'doc-0', is not a document"):  # deleted already
     _update(tmp_path / "index", table, [], ["doc-0"])
+
+
+def _chunk_files(index_dir):
+  """{name: bytes} of the index's chunk files but their records (which name no path)."""
+  return {p.name: p.read_bytes() for p in sorted((index_dir / "chunks").glob("*.npy"))}
+
+
+@pytest.mark.parametrize("prune_doc", [None, 0.5])
+def test_from_index_compacts_an_updated_index_into_a_fresh_export(tmp_path, prune_doc):
+  """Two updates, then `reprune` (xtr-export --from_index): the chunk files of a fresh export of
+  the live corpus, byte for byte, and the same retrieval by every searcher, ScaNN's too; a
+  compaction killed after two chunks resumes to the same index."""
+  table, doc_ids, added, deleted = _corpora(salience=prune_doc is not None)
+  _export(tmp_path / "updated", table, doc_ids, prune_doc)
+  _update(tmp_path / "updated", table, added, deleted)
+  _update(tmp_path / "updated", table, [], ["new-2", "doc-10"])
+  live = [d for d in _live_ids(table, doc_ids, added, deleted) if d not in ("new-2", "doc-10")]
+  _export(tmp_path / "fresh", table, live, prune_doc)
+  compacted = tmp_path / "compacted"
+  manifest = index_writer.reprune(str(tmp_path / "updated"), str(compacted), prune_doc)
+  assert reader.open_index(str(compacted)).doc_ids == live
+  assert _chunk_files(compacted) == _chunk_files(tmp_path / "fresh")
+  _assert_same_retrieval(compacted, tmp_path / "fresh", ("bruteforce", "device", "scann"))
+  assert "generation" not in manifest and not manifest.get("updates")
+  assert manifest["corpus"]["total_docs"] == len(live) and len(manifest["corpus"]["updates"]) == 2
+  os.remove(compacted / files.MANIFEST)  # Killed after writing chunks 0 and 1.
+  for chunk in range(2, len(manifest["chunks"])):
+    os.remove(files.chunk_files(str(compacted), chunk)["chunk"])
+  assert index_writer.reprune(str(tmp_path / "updated"), str(compacted), prune_doc) == manifest
+  _assert_same_retrieval(compacted, tmp_path / "fresh", ("bruteforce", "scann"))
+
+
+def test_a_damaged_updated_index_is_refused_before_compaction_writes(tmp_path):
+  table, doc_ids, added, deleted = _corpora()
+  _export(tmp_path / "updated", table, doc_ids)
+  _update(tmp_path / "updated", table, added, deleted)
+  vectors = tmp_path / "updated" / "chunks" / "vectors-00011.npy"  # An added chunk.
+  data = bytearray(vectors.read_bytes())
+  data[-1] ^= 1
+  vectors.write_bytes(bytes(data))
+  with pytest.raises(files.DamagedIndexError, match=r"vectors-00011.npy is damaged"):
+    index_writer.reprune(str(tmp_path / "updated"), str(tmp_path / "compacted"), None)
+  assert not (tmp_path / "compacted").exists()
 
 
 # Runs an update that SIGKILLs itself at its N-th rename or removal (argv: index dir, N).
@@ -266,8 +307,13 @@ def test_export_cli_adds_and_deletes_as_a_fresh_export_ranks(exported, scifact_s
   process = run_tool("xtr.cli.export", *model, f"--corpus={tmp_path / 'fresh.jsonl'}",
                      f"--out={fresh}", "--docs_per_chunk=40")
   assert process.returncode == 0, process.stderr[-3000:]
+  compacted = tmp_path / "compacted"
+  process = run_tool("xtr.cli.export", f"--from_index={updated}", f"--out={compacted}")
+  assert process.returncode == 0 and "Compacting the updated" in process.stdout, process.stderr
   queries = [json.loads(q)["text"] for q in (scifact_slice / "queries.jsonl").open()]
-  updated, fresh = (xtr.Searcher(str(d), str(model_dir)) for d in (updated, fresh))
+  updated, fresh, compacted = (
+      xtr.Searcher(str(d), str(model_dir)) for d in (updated, fresh, compacted))
+  assert compacted.search(queries, top_k=10) == fresh.search(queries, top_k=10)  # ScaNN as well
   for config in ({
       "searcher": "bruteforce"
   }, {

@@ -38,7 +38,9 @@ index needs no re-encoding: --from_index=INDEX_DIR --prune_doc=0.1 --out=NEW_DIR
 chunks into NEW_DIR and builds only ScaNN (no --checkpoint or --corpus; with --num_shards, once
 per --shard_id as above). The same, without --prune_doc and with other `ScannConfig` gin
 bindings, gives another ScaNN of the same vectors (e.g. 4 dimensions per block); with
---store_vectors=none, an XTR-only copy of the index.
+--store_vectors=none, an XTR-only copy of the index. An index updated in place (--add,
+--delete) is compacted instead: its live documents are copied into new chunks, without the deleted
+ones, as a fresh export of the updated corpus writes them, and ScaNN is trained anew.
 """
 import os
 from typing import Sequence
@@ -83,7 +85,8 @@ _PRUNE_DOC = cli.define_fraction(
     "(ALIGNER; needs a checkpoint with salience heads). Default: every token.")
 _FROM_INDEX = flags.DEFINE_string(
     "from_index", None, "A complete index of the same model and corpus: reuse its token vectors "
-    "(linked, not re-encoded) and build ScaNN with --prune_doc.")
+    "(linked, not re-encoded; copied without the deleted documents from an updated index) and "
+    "build ScaNN with --prune_doc.")
 _ADD = flags.DEFINE_string(
     "add", None, "Add the documents of this BEIR corpus.jsonl(.gz) to the complete index at "
     "--out (with --checkpoint, the index's).")
@@ -165,7 +168,8 @@ def _reprune(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> d
     raise app.UsageError(f"--store_vectors={_STORE_VECTORS.value}: --from_index={source} holds "
                          f"{dtype} vectors; keep them or drop them (--store_vectors=none).")
   cli.parse_gin()  # ScannConfig: another ScaNN of the same vectors.
-  print(f"Linking the chunks of {source} into {out_dir}; building its ScaNN index.", flush=True)
+  how = "Compacting the updated" if source_manifest.get("updates") else "Linking the chunks of"
+  print(f"{how} {source} into {out_dir}; building its ScaNN index.", flush=True)
   return writer.reprune(source, out_dir, prune_doc, store_vectors=_STORE_VECTORS.value != "none")
 
 

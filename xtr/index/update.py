@@ -12,7 +12,7 @@ ones upserted into its trained partitions and codebooks (ScaNN fills a deleted r
 last one, so `scann_tokens` maps rows to tokens). Deleted documents stay in the chunks as
 tombstones under their doc index: no token retrieval (ScaNN, brute force or device) holds their
 tokens, so they are never a candidate, and refinement reads only candidates. Their vectors stay
-on disk until the index is exported again from the corpus.
+on disk until the index is compacted (`writer.reprune`, xtr-export --from_index) or exported again.
 
 Doc indices stay as they were (new documents come after the old ones): an index updated from A
 by adding B and deleting C ranks as a fresh export of A + B - C under exact search
@@ -253,7 +253,7 @@ def _updated_scann(index_dir: str, manifest: dict[str, Any], name: str, offsets:
 
 def _kept(index_dir: str, chunks: list[dict], offsets: np.ndarray, beta: float) -> np.ndarray:
   """[T_new] bool: the new documents' tokens that pruning at β_d keeps (`salience.kept`)."""
-  saliences = np.concatenate([
+  saliences = np.concatenate([np.zeros(0, np.float32)] + [
       files.load_npy(os.path.join(index_dir, c["salience_file"]), (c["num_tokens"],), "float32")
       for c in chunks
   ])

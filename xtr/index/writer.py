@@ -13,6 +13,7 @@ document by salience (`salience.kept`); the chunks keep every token vector, for 
 """
 from collections.abc import Iterator
 from collections.abc import Sequence
+import functools
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ import posixpath
 from typing import Any
 
 import numpy as np
+import tqdm
 
 from xtr import io
 from xtr.index import files
@@ -449,13 +451,15 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
   complete). Resumable like an export: a killed reprune is finished by running it again. Damage
   in the source's chunks is detected by `finalize` before ScaNN is built.
 
+  An index updated in place (`xtr-export --add/--delete`) is compacted instead: its files but
+  ScaNN are verified in full, then its live documents, in its order, are copied into chunks of
+  docs_per_chunk, without the deleted documents' tombstones: the index a fresh export of the
+  updated corpus writes (the corpus record adds the updates).
+
   Returns:
     The manifest of `out_dir`.
   """
   source = files.complete_manifest(source_dir)
-  if source.get("updates"):
-    raise ValueError(f"{source_dir} was updated in place (xtr-export --add/--delete): its chunks "
-                     "hold the deleted documents too. Export the updated corpus instead.")
   if not source.get("vectors_stored", True):
     raise ValueError(f"{source_dir} was exported with --store_vectors=none: it has no token "
                      "vectors to build another ScaNN from. Export from the corpus instead.")
@@ -464,15 +468,64 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
     raise ValueError(f"{os.path.join(source_dir, files.MANIFEST)}: the vocabulary "
                      f"{vocabulary.get('path')!r} is not a file of the index (it was written "
                      "before xtr kept a copy of its vocabulary): export from the corpus instead.")
+  corpus, live = source["corpus"], None
+  if source.get("updates"):  # Verified first: what it holds decides the settings.
+    scann_dir = files.names(source)[files.SCANN_DIR] + "/"
+    verifier = verify.Verifier(source_dir, source["files"], "full")
+    verifier.check_sizes()
+    verifier.check(name for name in source["files"] if not name.startswith(scann_dir))
+    live = np.setdiff1d(np.arange(source["num_docs"]), files.deleted_docs(source_dir, source))
+    corpus = {
+        **corpus, "docs": [0, len(live)],
+        "total_docs": len(live),
+        "updates": source["updates"]
+    }
   writer = IndexWriter(out_dir, source["dim"], source["dtype"], source["model"],
-                       source["fingerprint"], source["docs_per_chunk"], source["corpus"],
+                       source["fingerprint"], source["docs_per_chunk"], corpus,
                        source["gin_config"], prune_doc, store_vectors, vocabulary=vocabulary and
                        _regular(source_dir, vocabulary["path"]))
-  for chunk in range(writer.completed_chunks(), len(source["chunks"])):
-    writer.link_chunk(chunk, source_dir)
+  if live is None:
+    for chunk in range(writer.completed_chunks(), len(source["chunks"])):
+      writer.link_chunk(chunk, source_dir)
+  else:
+    _copy_live_docs(source_dir, source, live, writer)
   manifest = writer.finalize(scann_config)
   drop_unstored_vectors(out_dir, manifest)
   return manifest
+
+
+def _copy_live_docs(source_dir: str, source: dict[str, Any], live: np.ndarray,
+                    writer: IndexWriter) -> None:
+  """Writes the documents `live` [n] (doc indices of the updated index at `source_dir`,
+  increasing) into `writer`'s chunks, docs_per_chunk each, from its next chunk on (a resumed
+  compaction)."""
+  doc_ids, offsets = files.doc_ids(source_dir, source), files.doc_offsets(source_dir, source)
+  starts = files.chunk_doc_starts(source)
+
+  @functools.lru_cache(maxsize=2)
+  def chunk_arrays(c: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Source chunk c's token vectors [T_c, D] and saliences [T_c] (None without)."""
+    entry = source["chunks"][c]
+    load = lambda key, shape, dtype: files.load_npy(os.path.join(source_dir, entry[key]), shape,
+                                                    dtype)
+    vectors = load("file", (entry["num_tokens"], source["dim"]), source["dtype"])
+    return vectors, (load("salience_file",
+                          (entry["num_tokens"],), "float32") if "salience_file" in entry else None)
+
+  def doc(d: int) -> tuple[np.ndarray, np.ndarray | None]:
+    c = int(np.searchsorted(starts, d, side="right")) - 1
+    first = offsets[starts[c]]
+    rows = slice(offsets[d] - first, offsets[d + 1] - first)
+    vectors, saliences = chunk_arrays(c)
+    return np.asarray(vectors[rows]), None if saliences is None else np.asarray(saliences[rows])
+
+  per_chunk = source["docs_per_chunk"]
+  for chunk in tqdm.tqdm(range(writer.completed_chunks(), -(-len(live) // per_chunk)),
+                         desc="compact", unit="chunk"):
+    docs = live[chunk * per_chunk:(chunk + 1) * per_chunk]
+    vectors, saliences = zip(*(doc(d) for d in docs))
+    writer.write_chunk(chunk, [doc_ids[d] for d in docs], vectors,
+                       None if saliences[0] is None else saliences)
 
 
 def _regular(index_dir: str, relative: str) -> str:
