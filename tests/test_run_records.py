@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 
+import numpy as np
 import pytest
 
 from tests.retrieval_setup import REPO
@@ -110,3 +111,17 @@ def test_the_entropy_lp_table_holds_its_records_numbers():
     assert row[1] == " / ".join(f"{value:.4f}" for _, value in by_step)
     full = run.get("full_retrieval")
     assert row[2] == ("—" if full is None else f"{full['ndcg@10']:.4f} / {full['recall@100']:.4f}")
+
+
+def test_the_training_alignment_table_holds_its_records_numbers():
+  """Each row: its seeds' count and mean ± sample std, recomputed from the record's runs."""
+  record = json.loads((REPO / "docs" / "runs" / "training_alignments.json").read_text())
+  rows = _rows("### Training alignments compared", r"(?!run$)[a-z_0-9.]+")
+  assert [row[0] for row in rows] == list(record["table"])
+  for row in rows:
+    runs = [r for key, r in record["runs"].items() if key.rsplit("_seed", 1)[0] == row[0]]
+    assert row[2] == str(len(runs))
+    for cell, split in zip(row[3:], ("scifact_dev", "scifact_test", "nfcorpus_test")):
+      values = np.array([r["results"]["ndcg@10"][split] for r in runs])
+      spread = f" ± {values.std(ddof=1):.4f}" if len(values) > 1 else ""
+      assert cell == f"{values.mean():.4f}{spread}"
