@@ -29,7 +29,7 @@ from xtr.evaluation import run_record
 from xtr.models import encoding
 from xtr.scoring import alignment as alignment_lib
 
-# name: (training objective, alignment at evaluation), in the table's order.
+# name: how it trains (launch/training_alignments.sh), in the table's order.
 RUNS = {
     "xtr": "XTR, in-batch top-k_train (k_train = 1024 of 4,096)",
     "top_k1": "top-1 (ColBERT)",
