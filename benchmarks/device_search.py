@@ -1,28 +1,97 @@
 """`--searcher=device` against exact search: queries/s, ms per query and recall of the exact top-k'.
 
   .venv/bin/python benchmarks/device_search.py INDEX_DIR CHECKPOINT DATA_DIR OUT_JSON \
-      [--dtypes=bfloat16,int8,float32] [--queries=300] [--k_prime=1000]
+      [--dtypes=bfloat16,int8,float32] [--queries=300] [--k_prime=1000] [--copies=1]
 
 INDEX_DIR is an index with stored vectors. For each resident type (`device.DeviceConfig.dtype`),
 its vectors are put on every local device (sharded over tokens) and the test queries answered
-by f_XTR' on the device (`ranker.rank_batch`, batches of 64, and `ranker.rank`, one query at a
-time), after a warm-up that compiles both. Recall is that of the exact top-k' tokens (float32
-`--searcher=bruteforce` over the same vectors) for the query tokens of the first 30 queries;
-the nDCG@10 is pytrec_eval's. On the accelerator machine it measures the accelerator; here, the
-CPU ("device" then means this host's cores).
+by f_XTR' on the device (`ranker.device_xtr_top`, as `--searcher=device` does: batches of 64, and
+one query at a time), after a warm-up that compiles both. Recall is that of the exact top-k'
+tokens (the float32 resident copy, which equals exact search: tests/test_device_search.py) for
+the query tokens of the first 30 queries; the nDCG@10 is pytrec_eval's.
+
+`--copies=N` makes the corpus N times larger as `benchmarks/scaling.py` does: the index's tokens
+and N - 1 copies of them, each token moved by Gaussian noise of norm ~`--noise` and normalized
+(made on the first device, so that 16x SciFact is built in seconds); a copy's documents are new
+documents, so no nDCG is given there. On the accelerator machine it measures the accelerator;
+here, the CPU ("device" then means this host's cores).
 """
 import argparse
 import json
 import time
 
-import gin
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from xtr import io
 from xtr.evaluation import beir_eval
+from xtr.index import device
+from xtr.index import reader
 from xtr.retrieval import ranker
 from xtr.retrieval import searcher
+
+BATCH = 64
+
+
+def _tokens(index: reader.TokenIndex, copies: int, noise: float):
+  """The index's retrieval tokens (chunks, docs [T], positions [T]) and, with copies > 1, noisy
+  copies after them (chunks as float32 arrays on the first device; copy c's docs moved by
+  c·N)."""
+  chunks, docs, positions = index.retrieval_tokens()
+  if copies == 1:
+    return chunks, docs, positions
+  base = [jnp.asarray(np.asarray(c, np.float32)) for c in chunks]
+
+  @jax.jit
+  def moved(vectors, key):
+    vectors = vectors + noise / np.sqrt(vectors.shape[1]) * jax.random.normal(key, vectors.shape)
+    return vectors / jnp.linalg.norm(vectors, axis=1, keepdims=True)
+
+  keys = jax.random.split(jax.random.key(0), copies * len(base))
+  made = base + [
+      moved(v, keys[c * len(base) + i]) for c in range(1, copies) for i, v in enumerate(base)
+  ]
+  return (made, np.concatenate([docs + c * index.num_docs for c in range(copies)]),
+          np.tile(positions, copies))
+
+
+def _padded(q: np.ndarray, q_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Queries padded to a multiple of BATCH with queries of no tokens (one compiled shape)."""
+  pad = -len(q) % BATCH
+  return (np.concatenate([q, np.zeros((pad, *q.shape[1:]), q.dtype)]),
+          np.concatenate([q_mask, np.zeros((pad, q_mask.shape[1]), bool)]))
+
+
+def _measure(resident: device.DeviceTokens, q: np.ndarray, q_mask: np.ndarray,
+             config: ranker.SearchConfig) -> tuple[list, float, list[float]]:
+  """(the ranking of each query, seconds for all of them in batches, ms of 50 queries alone)."""
+  padded, padded_mask = _padded(q, q_mask)
+  ranker.device_xtr_top(resident, padded[:BATCH], padded_mask[:BATCH], config)  # Compiles.
+  ranker.device_xtr_top(resident, q[:1], q_mask[:1], config)
+  start = time.perf_counter()
+  ranked = []
+  for first in range(0, len(padded), BATCH):
+    batch = slice(first, first + BATCH)
+    ranked += zip(*ranker.device_xtr_top(resident, padded[batch], padded_mask[batch], config))
+  batch_s = time.perf_counter() - start
+  alone_ms = []
+  for one in range(min(50, len(q))):
+    start = time.perf_counter()
+    ranker.device_xtr_top(resident, q[one:one + 1], q_mask[one:one + 1], config)
+    alone_ms.append(1000 * (time.perf_counter() - start))
+  return ranked[:len(q)], batch_s, alone_ms
+
+
+def _ndcg(data: beir_eval.BeirData, query_ids: list[str], index: reader.TokenIndex,
+          ranked: list) -> float:
+  """pytrec_eval's nDCG@10 of the rankings (doc_index, scores) of `query_ids`."""
+  run = {
+      query: {
+          index.doc_ids[d]: float(s) for d, s in zip(*top) if d >= 0
+      } for query, top in zip(query_ids, ranked)
+  }
+  return beir_eval.evaluate(data.qrels, run)["ndcg@10"]
 
 
 def main() -> None:
@@ -32,60 +101,48 @@ def main() -> None:
   parser.add_argument("--dtypes", default="bfloat16,int8,float32")
   parser.add_argument("--queries", type=int, default=300)
   parser.add_argument("--k_prime", type=int, default=1000)
+  parser.add_argument("--copies", type=int, default=1)
+  parser.add_argument("--noise", type=float, default=0.3)
   args = parser.parse_args()
   encoder, index = searcher.open_for_search(args.index, args.checkpoint)
   data = beir_eval.load_beir(args.data_dir, "test")
   query_ids, texts = data.query_ids[:args.queries], data.queries[:args.queries]
-  q, q_mask, u_q = encoder.encode_queries(texts)
-  u_q = np.ones(q_mask.shape, np.float32) if u_q is None else u_q
+  q, q_mask, _ = encoder.encode_queries(texts)
   sample = np.concatenate([v[m] for v, m in zip(q[:30], q_mask[:30])])
-  exact_scores, docs, positions = index.search_tokens(sample, args.k_prime, "bruteforce")
+  tokens = _tokens(index, args.copies, args.noise)
+  exact = device.DeviceTokens(*tokens, device.DeviceConfig(dtype="float32"))
+  exact_scores, docs, positions = map(np.asarray, exact.search(sample, args.k_prime))
+  del exact
   wanted = [set(zip(d, p)) for d, p in zip(docs, positions)]
   config = ranker.SearchConfig(top_k=100, k_prime=args.k_prime, searcher="device")
   rows = []
   for dtype in args.dtypes.split(","):
-    gin.clear_config()
-    gin.bind_parameter("xtr.index.device.DeviceConfig.dtype", dtype)
     start = time.perf_counter()
-    resident = index.on_device()
+    resident = device.DeviceTokens(*tokens, device.DeviceConfig(dtype=dtype))
+    jax.block_until_ready(resident.search(sample[:1], 1))
     load_s = time.perf_counter() - start
-    ranker.rank_batch(index, q[:64], q_mask[:64], u_q[:64], config)  # Compiles.
-    ranker.rank(index, q[0], q_mask[0], u_q[0], config)
-    start = time.perf_counter()
-    ranked = []
-    for first in range(0, len(q), 64):
-      batch = slice(first, first + 64)
-      ranked += ranker.rank_batch(index, q[batch], q_mask[batch], u_q[batch], config)
-    batch_s = time.perf_counter() - start
-    alone_ms = []
-    for vectors, mask, u in zip(q[:50], q_mask[:50], u_q[:50]):
-      start = time.perf_counter()
-      ranker.rank(index, vectors, mask, u, config)
-      alone_ms.append(1000 * (time.perf_counter() - start))
+    ranked, batch_s, alone_ms = _measure(resident, q, q_mask, config)
     scores, found_docs, found_positions = map(np.asarray, resident.search(sample, args.k_prime))
     recall = np.mean([
         len(set(zip(d, p)) & w) / args.k_prime
         for d, p, w in zip(found_docs, found_positions, wanted)
     ])
-    run = {
-        query: {
-            index.doc_ids[d]: float(s) for d, s in zip(*top) if d >= 0
-        } for query, top in zip(query_ids, ranked)
-    }
     rows.append({
         "dtype": dtype,
         "device": str(jax.local_devices()[0].device_kind),
         "devices": len(jax.local_devices()),
+        "tokens": resident.num_tokens,
         "resident_mb": resident.nbytes / 2**20,
         "load_s": load_s,
         "queries_per_s_batched": len(q) / batch_s,
         "p50_ms_one_query": float(np.median(alone_ms)),
         "recall_exact_top_k": float(recall),
         "max_score_error": float(np.abs(scores - exact_scores).max()),
-        "ndcg@10": beir_eval.evaluate(data.qrels, run)["ndcg@10"]
+        "ndcg@10": _ndcg(data, query_ids, index, ranked) if args.copies == 1 else None
     })
+    del resident
     print(json.dumps(rows[-1]), flush=True)
-  io.write_results(args.out, {"rows": rows, "args": vars(args), "tokens": index.num_tokens})
+  io.write_results(args.out, {"rows": rows, "args": vars(args), "tokens": rows[0]["tokens"]})
 
 
 if __name__ == "__main__":

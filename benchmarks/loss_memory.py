@@ -41,7 +41,7 @@ from xtr.training import losses  # noqa: E402
 from xtr.training import objective  # noqa: E402
 from xtr.training import optimizers  # noqa: E402
 from xtr.training import partitioning  # noqa: E402
-from xtr.training import trainer  # noqa: E402
+from xtr.training import step as step_lib  # noqa: E402
 
 _SHAPES = flags.DEFINE_list("shapes", ["reduced", "paper"], "Shapes to compile (see SHAPES).")
 _MESHES = flags.DEFINE_list(
@@ -129,10 +129,10 @@ def step_memory(shape: Shape, mesh: Mesh, variant: str) -> tuple[float, float]:
   micro_batch_size = shape.micro_batch_size if variant == "grad_cache" else None
   rules = partitioning.axis_rules(fsdp=variant == "fsdp")
   with _objective(variant), jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-    state = trainer.abstract_state(model, optimizer, mesh)
-    step = trainer.make_train_step(model, optimizer, mesh,
-                                   jax.tree.map(lambda x: x.sharding, state),
-                                   objective.Objective("xtr", shape.k_train), micro_batch_size)
+    state = step_lib.abstract_state(model, optimizer, mesh)
+    step = step_lib.make_train_step(model, optimizer, mesh,
+                                    jax.tree.map(lambda x: x.sharding, state),
+                                    objective.Objective("xtr", shape.k_train), micro_batch_size)
     return _mib(step.lower(state, batch, None).compile())
 
 

@@ -75,6 +75,24 @@ def test_compact_types_approximate_exact_search(dtype, max_error, min_recall):
   assert resident.nbytes < 4000 * 32 * 4 * (0.6 if dtype == "bfloat16" else 0.4)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_chunks_already_on_a_device_are_held_as_host_chunks_are(dtype):
+  """Chunks given as `jax.Array`s (vectors made on the accelerator) are quantized and assembled
+  there: the same search as from numpy chunks, on 8 devices (int8's scales may differ by an ulp:
+  XLA divides by 127 as a multiplication)."""
+  chunks, docs, positions, queries = _corpus(1001, dim=32)
+  config = device.DeviceConfig(dtype=dtype, token_block=64)
+  from_host = device.DeviceTokens(chunks, docs, positions, config)
+  on_device = [jax.device_put(c, jax.devices()[3]) for c in chunks]
+  from_device = device.DeviceTokens(on_device, docs, positions, config)
+  assert from_device.nbytes == from_host.nbytes
+  (scores, *found), (want_scores, *want_found) = (
+      map(np.asarray, tokens.search(queries, 50)) for tokens in (from_device, from_host))
+  np.testing.assert_allclose(scores, want_scores, rtol=1e-6)
+  for got, want in zip(found, want_found):
+    np.testing.assert_array_equal(got, want)
+
+
 def test_approx_max_k_with_a_recall_target_is_exact_on_cpu():
   chunks, docs, positions, queries = _corpus(2000)
   config = device.DeviceConfig(dtype="float32", recall_target=0.9, token_block=256)

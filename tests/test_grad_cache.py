@@ -12,7 +12,7 @@ from xtr.models import xtr_encoder
 from xtr.training import grad_cache
 from xtr.training import objective
 from xtr.training import partitioning
-from xtr.training import trainer
+from xtr.training import step as step_lib
 
 DROPOUT = t5.T5Config(vocab_size=512, emb_dim=32, num_heads=4, num_layers=1, head_dim=8, mlp_dim=64,
                       dropout_rate=0.3)
@@ -38,8 +38,8 @@ def test_micro_batched_gradient_with_dropout_equals_autodiff(scoring):
   model, params, batch = _setup(gate=salience.Salience(
       epsilon=0.05) if scoring == "aligner" else None)
   mesh = partitioning.make_mesh(devices=jax.devices()[:1])
-  encode = trainer.encoder(model)
-  rngs = trainer.dropout_rngs(0, jnp.int32(3))
+  encode = step_lib.encoder(model)
+  rngs = step_lib.dropout_rngs(0, jnp.int32(3))
   doc_tokens = batch["doc_tokens"].reshape(B * K, LD)
   objective_ = objective.Objective(scoring, 20)
   loss = lambda queries, docs: objective.loss_and_metrics(objective_, queries, docs, doc_tokens,
@@ -78,9 +78,9 @@ def test_queries_and_documents_draw_separate_dropout_keys():
   """The same ids encoded as a query and as a document get different dropout masks, and a
   step's keys are reproducible."""
   model, params, _ = _setup()
-  encode = trainer.encoder(model)
-  query_rng, doc_rng = trainer.dropout_rngs(0, jnp.int32(7))
-  again = trainer.dropout_rngs(0, jnp.int32(7))
+  encode = step_lib.encoder(model)
+  query_rng, doc_rng = step_lib.dropout_rngs(0, jnp.int32(7))
+  again = step_lib.dropout_rngs(0, jnp.int32(7))
   assert all(
       jnp.array_equal(jax.random.key_data(a), jax.random.key_data(b))
       for a, b in zip((query_rng, doc_rng), again))
@@ -98,4 +98,4 @@ def test_micro_batch_size_must_fit_the_batch_and_mesh(micro_batch_size):
   model, params, batch = _setup()
   mesh = partitioning.make_mesh(devices=jax.devices()[:2])
   with pytest.raises(ValueError, match=f"micro_batch_size={micro_batch_size} must divide"):
-    grad_cache.value_and_grad(trainer.encoder(model), None, params, batch, micro_batch_size, mesh)
+    grad_cache.value_and_grad(step_lib.encoder(model), None, params, batch, micro_batch_size, mesh)

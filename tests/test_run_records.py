@@ -4,12 +4,17 @@ import json
 import re
 import subprocess
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests import retrieval_setup
 from tests.retrieval_setup import REPO
 from xtr import io
 from xtr.evaluation import run_record
+from xtr.training import throughput
 
 
 def test_a_record_names_the_commit_config_and_data(scifact_slice):
@@ -70,10 +75,10 @@ def test_the_demo_numbers_of_the_readme_are_its_records():
                              f"{xtr['mrr@10']:.4f}")
 
 
-def _rows(heading: str, first_cell: str) -> list[list[str]]:
-  """The cells of the table rows under `heading` in docs/results.md (up to the next heading)
-  whose first cell matches the regex `first_cell`."""
-  text = (REPO / "docs" / "results.md").read_text()
+def _rows(heading: str, first_cell: str, page: str = "results.md") -> list[list[str]]:
+  """The cells of the table rows under `heading` in docs/`page` (up to the next heading) whose
+  first cell matches the regex `first_cell`."""
+  text = (REPO / "docs" / page).read_text()
   section = text[text.index(heading) + len(heading):]
   section = re.split(r"\n#+ ", section)[0]
   return [[c.strip()
@@ -125,3 +130,26 @@ def test_the_training_alignment_table_holds_its_records_numbers():
       values = np.array([r["results"]["ndcg@10"][split] for r in runs])
       spread = f" ± {values.std(ddof=1):.4f}" if len(values) > 1 else ""
       assert cell == f"{values.mean():.4f}{spread}"
+
+
+def test_the_h200_train_step_table_holds_its_records_numbers():
+  """MFU recomputed from the record's step times: the FLOPs of XTR-base's step, counted now by
+  `throughput.step_cost` (T5 v1.1 base, bfloat16), over the H200's dense bf16 peak."""
+  record = json.loads((REPO / "docs" / "runs" / "train_step_h200.json").read_text())
+  model, _, _ = retrieval_setup.parse_model_file(
+      "gin/models/t5_1_1_base.gin", f"T5_SPM_PATH = '{REPO / 'data/vocab/t5/spiece.model'}'",
+      "t5.T5Config.dtype = 'bfloat16'")
+  params = nn.meta.unbox(
+      jax.eval_shape(model.init, jax.random.key(0), jnp.ones((1, 8), jnp.int32))["params"])
+  rows = _rows("## On an accelerator: one H200", r"\d+.*", page="training.md")
+  assert len(rows) == len(record["rows"]) == 2
+  for row, run in zip(rows, record["rows"]):
+    cost = throughput.step_cost(model, params, (run["batch"], 32), (2 * run["batch"], 256))
+    assert cost.flops == pytest.approx(run["flops_per_step"], rel=1e-3)
+    assert run["mfu"] == pytest.approx(cost.flops / run["step_s"] / 989e12, rel=1e-3)
+    assert run["tokens_per_sec"] == pytest.approx(cost.tokens / run["step_s"], rel=1e-6)
+    assert row[0].split()[0] == str(run["batch"])
+    assert row[2:6] == [
+        f"{run['step_s']:.3g} s", f"{run['tokens_per_sec']:,.0f}", f"{100 * run['mfu']:.1f} %",
+        f"{run['peak_gib']:.1f} GiB"
+    ]

@@ -9,6 +9,7 @@ import pytest
 
 from xtr.models import bert
 from xtr.models import xtr_encoder
+from xtr.training import partitioning
 from xtr.training import throughput
 
 B, N, C, M = 4, 32, 8, 128  # queries of N tokens, documents of M tokens
@@ -36,6 +37,23 @@ def test_step_flops_are_three_forward_passes_and_the_scoring():
   # width (5 %; 3 % at MiniLM's), nothing for the abstract parameters' initialization.
   assert matmuls <= cost.flops <= 1.1 * matmuls
   assert cost.tokens == B * N + C * M
+
+
+def test_step_flops_inside_the_trainers_mesh_equal_those_outside():
+  """The trainer counts the FLOPs under its mesh and logical axis rules (8 devices); the count is
+  of the program lowered for the CPU, the same inside as outside."""
+  model = xtr_encoder.XTREncoder(
+      bert.BertEncoder(
+          bert.BertConfig(vocab_size=100, hidden_size=64, num_layers=2, num_heads=4,
+                          intermediate_size=128, max_position_embeddings=128)), 16)
+  params = nn.meta.unbox(
+      jax.eval_shape(model.init, jax.random.key(0), jnp.ones((1, 1), jnp.int32))["params"])
+  outside = throughput.step_cost(model, params, (B, N), (C, M))
+  mesh = partitioning.make_mesh(num_partitions=2)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules()):
+    inside = throughput.step_cost(model, params, (B, N), (C, M))
+  assert mesh.devices.size == 8 and inside.tokens == outside.tokens
+  assert inside.flops == pytest.approx(outside.flops, rel=1e-6)  # 6 FLOPs of 7.7e8 apart
 
 
 def test_peak_flops_by_device_kind():

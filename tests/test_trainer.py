@@ -30,6 +30,7 @@ from xtr.training import initialization
 from xtr.training import objective
 from xtr.training import optimizers
 from xtr.training import partitioning
+from xtr.training import step as step_lib
 from xtr.training import trainer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -57,9 +58,10 @@ def _one_step(mesh, scoring, batch, micro_batch_size=None, config=TINY, pretrain
   optimizer = optimizers.make_optimizer(
       optimizer, optimizers.warmup_constant(learning_rate=1e-2, warmup_steps=0))
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules(fsdp)):
-    state, shardings = trainer.init_state(model, optimizer, mesh, jax.random.key(0), pretrained)
-    train_step = trainer.make_train_step(model, optimizer, mesh, shardings,
-                                         objective.Objective(scoring, k_train=16), micro_batch_size)
+    state, shardings = step_lib.init_state(model, optimizer, mesh, jax.random.key(0), pretrained)
+    train_step = step_lib.make_train_step(model, optimizer, mesh, shardings,
+                                          objective.Objective(scoring, k_train=16),
+                                          micro_batch_size)
     initial = jax.device_get(state.params)
     state, metrics = train_step(
         state, partitioning.global_batch(batch, mesh, partitioning.data_layout(mesh)), None)
@@ -145,10 +147,10 @@ def _step_memory(data: int, fsdp: bool):
       for name, shape in (("query_tokens", (8, 12)), ("doc_tokens", (8, 2, 20)))
   }
   with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules(fsdp)):
-    state = trainer.abstract_state(model, optimizer, mesh)
-    step = trainer.make_train_step(model, optimizer, mesh,
-                                   jax.tree.map(lambda x: x.sharding, state),
-                                   objective.Objective("xtr", k_train=16))
+    state = step_lib.abstract_state(model, optimizer, mesh)
+    step = step_lib.make_train_step(model, optimizer, mesh,
+                                    jax.tree.map(lambda x: x.sharding, state),
+                                    objective.Objective("xtr", k_train=16))
     return step.lower(state, batch, None).compile().memory_analysis()
 
 
@@ -178,7 +180,7 @@ def _xtr_train(model_dir, *bindings, wait=True, output=subprocess.DEVNULL):
                           text=True)
 
 
-def _train_smoke_in_process(*bindings: str) -> trainer.TrainState:
+def _train_smoke_in_process(*bindings: str) -> step_lib.TrainState:
   """`trainer.train()` under gin/runs/smoke_msmarco.gin and `bindings`, in this process."""
   gin.clear_config()
   gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke_msmarco.gin")], list(bindings))

@@ -49,15 +49,26 @@ class DeviceConfig:
       raise ValueError(f"DeviceConfig.token_block must be positive, got {self.token_block}")
 
 
-def _quantized(vectors: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def _quantized(vectors: np.ndarray | jax.Array, dtype: str) -> tuple[np.ndarray, np.ndarray]:
   """[T, D] float -> (stored [T, D], scale [T] float32): int8 rounds each token to 127 steps of
-  its largest |value| (scale = that / 127); the other types keep the values (scale 1)."""
-  vectors = np.asarray(vectors, np.float32)
+  its largest |value| (scale = that / 127); the other types keep the values (scale 1). A
+  `jax.Array` is quantized on its device, numpy on the host."""
+  xp = jnp if isinstance(vectors, jax.Array) else np
+  vectors = xp.asarray(vectors, xp.float32)
   if dtype != "int8":
-    return vectors.astype(jnp.dtype(dtype)), np.ones(len(vectors), np.float32)
-  scale = np.abs(vectors).max(axis=1) / 127
-  safe = np.where(scale > 0, scale, 1)
-  return np.round(vectors / safe[:, None]).astype(np.int8), scale.astype(np.float32)
+    return vectors.astype(jnp.dtype(dtype)), xp.ones(len(vectors), xp.float32)
+  scale = xp.abs(vectors).max(axis=1) / 127
+  safe = xp.where(scale > 0, scale, 1)
+  return xp.round(vectors / safe[:, None]).astype(xp.int8), scale.astype(xp.float32)
+
+
+@functools.partial(jax.jit, donate_argnums=(0, 1))
+def _placed(vectors: jax.Array, scales: jax.Array, chunk: jax.Array, chunk_scales: jax.Array,
+            start: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Writes a quantized chunk [T_c, D] (and its scales [T_c]) into vectors [R, D] and scales [R]
+  at row `start`, in place on the device."""
+  return (jax.lax.dynamic_update_slice(vectors, chunk, (start, 0)),
+          jax.lax.dynamic_update_slice(scales, chunk_scales, (start,)))
 
 
 def _padded_locations(docs: np.ndarray, positions: np.ndarray, rows: int) -> np.ndarray:
@@ -75,8 +86,9 @@ class DeviceTokens:
                devices: Sequence[jax.Device] | None = None):
     """
     Args:
-      chunks: token vectors [T_c, D] in token order (T tokens in all; memory-mapped is fine:
-        they are copied to the devices one chunk at a time).
+      chunks: token vectors [T_c, D] in token order (T tokens in all): numpy arrays
+        (memory-mapped is fine) are assembled on the host and copied to the devices once;
+        `jax.Array`s (vectors made on an accelerator) are assembled on their device.
       doc_of_token: [T] int32 document of each token.
       position_of_token: [T] int32 position of each token in its document.
       config: the stored type and search settings.
@@ -91,12 +103,16 @@ class DeviceTokens:
     self._block = min(config.token_block, per_device)
     self._per_device = -(-per_device // self._block) * self._block
     rows = self._per_device * len(devices)
-    vectors = np.zeros((rows, self.dim), jnp.dtype(config.dtype))
-    scales = np.zeros(rows, np.float32)
+    xp = jnp if isinstance(chunks[0], jax.Array) else np  # Assembled where the chunks are.
+    vectors = xp.zeros((rows, self.dim), jnp.dtype(config.dtype))
+    scales = xp.zeros(rows, np.float32)
     start = 0
     for chunk in chunks:
-      vectors[start:start + len(chunk)], scales[start:start + len(chunk)] = _quantized(
-          chunk, config.dtype)
+      quantized = _quantized(chunk, config.dtype)
+      if xp is jnp:
+        vectors, scales = _placed(vectors, scales, *quantized, start)
+      else:
+        vectors[start:start + len(chunk)], scales[start:start + len(chunk)] = quantized
       start += len(chunk)
     sharding = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec(AXIS))
     self._vectors = jax.device_put(vectors, sharding)

@@ -280,12 +280,16 @@ class TokenIndex:
     config = device.DeviceConfig()
     if self._device is None or self._device.config != config:
       self._device = None  # Freed before the new copy is made.
-      locations = [shard.retrieval_locations() for shard in self._shards]
-      docs = np.concatenate([d + start for (d, _), start in zip(locations, self._doc_starts)])
-      positions = np.concatenate([p for _, p in locations])
-      chunks = [c for shard in self._shards for c in shard.retrieval_chunks()]
-      self._device = device.DeviceTokens(chunks, docs, positions, config)
+      self._device = device.DeviceTokens(*self.retrieval_tokens(), config)
     return self._device
+
+  def retrieval_tokens(self) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The tokens of token retrieval (every shard's): their vectors (float16 chunks [T_c, D],
+    memory-mapped) and each one's global doc [T] and position in it [T]."""
+    locations = [shard.retrieval_locations() for shard in self._shards]
+    docs = np.concatenate([d + start for (d, _), start in zip(locations, self._doc_starts)])
+    positions = np.concatenate([p for _, p in locations])
+    return [c for shard in self._shards for c in shard.retrieval_chunks()], docs, positions
 
   def doc_vectors(self, doc_indices: Sequence[int]) -> list[np.ndarray]:
     """All token vectors of the given (global) docs: one [len_i, D] float32 array per doc."""

@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 import tqdm
 
+from xtr.index import device
 from xtr.index import reader
 from xtr.models import encoding
 from xtr.models import salience
@@ -228,13 +229,13 @@ def _xtr_top(token_scores: np.ndarray, token_docs: np.ndarray,
       *scoring_lib.f_xtr_prime(token_scores, token_docs, impute=config.impute), config.top_k)
 
 
-def _device_xtr_top(token_index: reader.TokenIndex, q: np.ndarray, retrieving: np.ndarray,
-                    config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
+def device_xtr_top(resident: device.DeviceTokens, q: np.ndarray, retrieving: np.ndarray,
+                   config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
   """Queries (q [Q, n, D], retrieving [Q, n]) -> their top_k (doc_index, scores) [Q, top_k] by
-  f_XTR', token retrieval and scoring on the device; all n rows are searched (static shapes),
-  the rows that do not retrieve are masked out of the scores."""
+  f_XTR', token retrieval from the `resident` tokens and scoring on the device; all n rows are
+  searched (static shapes), the rows that do not retrieve are masked out of the scores."""
   num_queries, n, dim = q.shape
-  scores, docs, _ = token_index.on_device().search(q.reshape(num_queries * n, dim), config.k_prime)
+  scores, docs, _ = resident.search(q.reshape(num_queries * n, dim), config.k_prime)
   k_prime = scores.shape[1]
   doc_index, top_scores = scoring_lib.f_xtr_prime_top(scores.reshape(num_queries, n, k_prime),
                                                       docs.reshape(num_queries, n, k_prime),
@@ -250,7 +251,7 @@ def rank_batch(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray
   on the device."""
   retrieving = [_retrieving(mask, u, config) for mask, u in zip(q_mask, u_q)]
   if config.searcher == "device":
-    return list(zip(*_device_xtr_top(token_index, q, np.stack(retrieving), config)))
+    return list(zip(*device_xtr_top(token_index.on_device(), q, np.stack(retrieving), config)))
   token_scores, token_docs = token_index.search(q[np.stack(retrieving)], config.k_prime,
                                                 config.searcher, config.leaves_to_search,
                                                 config.threads)
@@ -265,8 +266,8 @@ def rank(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q:
   """One query (q [n, D], q_mask [n], saliences u_q [n]) -> its top_k (doc_index [top_k],
   scores [top_k])."""
   if config.scoring == "xtr" and config.searcher == "device":
-    doc_index, scores = _device_xtr_top(token_index, q[None],
-                                        _retrieving(q_mask, u_q, config)[None], config)
+    doc_index, scores = device_xtr_top(token_index.on_device(), q[None],
+                                       _retrieving(q_mask, u_q, config)[None], config)
     return doc_index[0], scores[0]
   token_scores, token_docs = _retrieve(token_index, q, q_mask, u_q, config)
   if config.scoring == "xtr":

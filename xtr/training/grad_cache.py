@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec
 from xtr.training import partitioning
 
 # (params, token ids [N, L], dropout rng or None, role) -> (vectors [N, L, D], mask [N, L],
-# salience [N, L] or None): `trainer.encoder`.
+# salience [N, L] or None): `step.encoder`.
 Encode = Callable[[Any, jax.Array, jax.Array | None, str], Any]
 # ((q [B, n, D], q_mask [B, n], u_q), (d [C, m, D], d_mask [C, m], u_d)) -> (loss, metrics).
 Loss = Callable[[Any, Any], tuple[jax.Array, Any]]
