@@ -1,17 +1,21 @@
 """`--searcher=device` against exact search: queries/s, ms per query and recall of the exact top-k'.
 
-  .venv/bin/python benchmarks/device_search.py INDEX_DIR CHECKPOINT DATA_DIR OUT_JSON \
+  .venv/bin/python benchmarks/device_search.py CHECKPOINT DATA_DIR OUT_JSON \
+      (--index=INDEX_DIR | --gin_file=MODEL_GIN [--gin_bindings=...]) \
       [--dtypes=bfloat16,int8,float32] [--queries=300] [--k_prime=1000] [--copies=1]
 
-INDEX_DIR is an index with stored vectors. For each resident type (`device.DeviceConfig.dtype`),
-its vectors are put on every local device (sharded over tokens) and the test queries answered
-by f_XTR' on the device (`ranker.device_xtr_top`, as `--searcher=device` does: batches of 64, and
+The token vectors are those of INDEX_DIR (an index with stored vectors), or, with --gin_file
+(the model of CHECKPOINT, as `xtr-export` takes it), DATA_DIR's corpus encoded here, on the
+devices: no index and no ScaNN build, so an accelerator measures in minutes (the encoding's
+docs/s is reported too). For each resident type (`device.DeviceConfig.dtype`), the vectors are
+put on every local device (sharded over tokens) and the test queries answered by f_XTR' on the
+device (`ranker.device_xtr_top`, as `--searcher=device` does: batches of 64, and
 one query at a time), after a warm-up that compiles both. Recall is that of the exact top-k'
 tokens (the float32 resident copy, which equals exact search: tests/test_device_search.py) for
 the query tokens of the first 30 queries; the nDCG@10 is pytrec_eval's.
 
-`--copies=N` makes the corpus N times larger as `benchmarks/scaling.py` does: the index's tokens
-and N - 1 copies of them, each token moved by Gaussian noise of norm ~`--noise` and normalized
+`--copies=N` makes the corpus N times larger as `benchmarks/scaling.py` does: the tokens and
+N - 1 copies of them, each token moved by Gaussian noise of norm ~`--noise` and normalized
 (made on the first device, so that 16x SciFact is built in seconds); a copy's documents are new
 documents, so no nDCG is given there. On the accelerator machine it measures the accelerator;
 here, the CPU ("device" then means this host's cores).
@@ -20,27 +24,47 @@ import argparse
 import json
 import time
 
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xtr import cli
 from xtr import io
 from xtr.evaluation import beir_eval
 from xtr.index import device
-from xtr.index import reader
+from xtr.models import encoding
 from xtr.retrieval import ranker
 from xtr.retrieval import searcher
 
 BATCH = 64
 
 
-def _tokens(index: reader.TokenIndex, copies: int, noise: float):
-  """The index's retrieval tokens (chunks, docs [T], positions [T]) and, with copies > 1, noisy
-  copies after them (chunks as float32 arrays on the first device; copy c's docs moved by
-  c·N)."""
-  chunks, docs, positions = index.retrieval_tokens()
+def _source(args: argparse.Namespace, data: beir_eval.BeirData):
+  """(the query encoder, the tokens: (chunks [T_c, D], docs [T], positions [T]), doc ids, the
+  seconds spent encoding the corpus or None)."""
+  if args.index:
+    encoder, index = searcher.open_for_search(args.index, args.checkpoint, searcher="device")
+    return encoder, index.retrieval_tokens(), index.doc_ids, None
+  gin.add_config_file_search_path(str(cli.REPO_DIR))
+  gin.parse_config_files_and_bindings(args.gin_file, [*args.gin_bindings, *cli.ENCODER_BINDINGS])
+  encoder = encoding.Encoder(encoding.load_params(args.checkpoint))
+  encoder.encode_documents(data.docs[:64])  # Compiles the longest bucket.
+  start = time.perf_counter()
+  vectors, _ = encoder.encode_documents(data.docs, progress="encode")
+  encode_s = time.perf_counter() - start
+  lengths = [len(v) for v in vectors]
+  docs = np.repeat(np.arange(len(vectors), dtype=np.int32), lengths)
+  positions = np.concatenate([np.arange(n, dtype=np.int32) for n in lengths])
+  return encoder, ([np.concatenate(vectors)], docs, positions), data.doc_ids, encode_s
+
+
+def _copied(tokens, num_docs: int, copies: int, noise: float):
+  """The tokens (chunks, docs [T], positions [T]) and, with copies > 1, noisy copies after them
+  (chunks as float32 arrays on the first device; copy c's docs moved by c·num_docs)."""
+  chunks, docs, positions = tokens
   if copies == 1:
-    return chunks, docs, positions
+    return tokens
   base = [jnp.asarray(np.asarray(c, np.float32)) for c in chunks]
 
   @jax.jit
@@ -52,7 +76,7 @@ def _tokens(index: reader.TokenIndex, copies: int, noise: float):
   made = base + [
       moved(v, keys[c * len(base) + i]) for c in range(1, copies) for i, v in enumerate(base)
   ]
-  return (made, np.concatenate([docs + c * index.num_docs for c in range(copies)]),
+  return (made, np.concatenate([docs + c * num_docs for c in range(copies)]),
           np.tile(positions, copies))
 
 
@@ -83,12 +107,12 @@ def _measure(resident: device.DeviceTokens, q: np.ndarray, q_mask: np.ndarray,
   return ranked[:len(q)], batch_s, alone_ms
 
 
-def _ndcg(data: beir_eval.BeirData, query_ids: list[str], index: reader.TokenIndex,
+def _ndcg(data: beir_eval.BeirData, query_ids: list[str], doc_ids: list[str],
           ranked: list) -> float:
   """pytrec_eval's nDCG@10 of the rankings (doc_index, scores) of `query_ids`."""
   run = {
       query: {
-          index.doc_ids[d]: float(s) for d, s in zip(*top) if d >= 0
+          doc_ids[d]: float(s) for d, s in zip(*top) if d >= 0
       } for query, top in zip(query_ids, ranked)
   }
   return beir_eval.evaluate(data.qrels, run)["ndcg@10"]
@@ -96,20 +120,24 @@ def _ndcg(data: beir_eval.BeirData, query_ids: list[str], index: reader.TokenInd
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  for name in ("index", "checkpoint", "data_dir", "out"):
+  for name in ("checkpoint", "data_dir", "out"):
     parser.add_argument(name)
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument("--index", help="An index with stored vectors.")
+  source.add_argument("--gin_file", action="append", help="The model's gin (encode the corpus).")
+  parser.add_argument("--gin_bindings", action="append", default=[])
   parser.add_argument("--dtypes", default="bfloat16,int8,float32")
   parser.add_argument("--queries", type=int, default=300)
   parser.add_argument("--k_prime", type=int, default=1000)
   parser.add_argument("--copies", type=int, default=1)
   parser.add_argument("--noise", type=float, default=0.3)
   args = parser.parse_args()
-  encoder, index = searcher.open_for_search(args.index, args.checkpoint)
   data = beir_eval.load_beir(args.data_dir, "test")
+  encoder, tokens, doc_ids, encode_s = _source(args, data)
   query_ids, texts = data.query_ids[:args.queries], data.queries[:args.queries]
   q, q_mask, _ = encoder.encode_queries(texts)
   sample = np.concatenate([v[m] for v, m in zip(q[:30], q_mask[:30])])
-  tokens = _tokens(index, args.copies, args.noise)
+  tokens = _copied(tokens, len(doc_ids), args.copies, args.noise)
   exact = device.DeviceTokens(*tokens, device.DeviceConfig(dtype="float32"))
   exact_scores, docs, positions = map(np.asarray, exact.search(sample, args.k_prime))
   del exact
@@ -138,11 +166,17 @@ def main() -> None:
         "p50_ms_one_query": float(np.median(alone_ms)),
         "recall_exact_top_k": float(recall),
         "max_score_error": float(np.abs(scores - exact_scores).max()),
-        "ndcg@10": _ndcg(data, query_ids, index, ranked) if args.copies == 1 else None
+        "ndcg@10": _ndcg(data, query_ids, doc_ids, ranked) if args.copies == 1 else None
     })
     del resident
     print(json.dumps(rows[-1]), flush=True)
-  io.write_results(args.out, {"rows": rows, "args": vars(args), "tokens": rows[0]["tokens"]})
+  io.write_results(
+      args.out, {
+          "rows": rows,
+          "args": vars(args),
+          "tokens": rows[0]["tokens"],
+          "encode_docs_per_s": None if encode_s is None else len(doc_ids) / encode_s
+      })
 
 
 if __name__ == "__main__":

@@ -1,11 +1,9 @@
-"""A t5x-style trainer for XTR, T5-ColBERT and ALIGNER: sharded init, a jitted train step, the loop.
+"""A t5x-style trainer for XTR, T5-ColBERT and ALIGNER: the data, the checkpoints and the loop
+around the jitted train step of `step` (sharded init, the in-batch loss of the global batch).
 
-Data flows one way: batches of token ids -> token vectors and saliences (the model, at once or
-in micro-batches: `grad_cache`) -> in-batch scores (`f_xtr`, `f_colbert` or ALIGNER's sparse
-alignment of every query against every document of the *global* batch: `objective`) ->
-cross-entropy. The train step is jitted over
-global arrays sharded on the `data` mesh axis; each host feeds the rows its devices hold
-(`partitioning.data_layout`).
+Each host feeds the rows of every global batch that its devices hold
+(`partitioning.data_layout`); the run resumes from its latest checkpoint, saves one on SIGTERM,
+logs tokens/s and MFU (`throughput`) and hands the parameters to an evaluator every step.
 """
 import contextlib
 import dataclasses
