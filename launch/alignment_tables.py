@@ -1,21 +1,36 @@
 """docs/results.md's "Alignment analysis" tables (Markdown, on stdout) from the alignment.json
-files of `xtr-analyze-alignment` (launch/alignment_analysis.sh writes them).
+files of `xtr-analyze-alignment` (launch/alignment_analysis.sh writes them), and their run record.
 
   .venv/bin/python launch/alignment_tables.py runs/alignment/demo/alignment.json \
-      runs/alignment/d128/alignment.json
+      runs/alignment/d128/alignment.json [--nfcorpus=runs/alignment/nfcorpus/alignment.json] \
+      [--record=docs/runs/alignment_analysis_scifact.json --analysis_command=...]
+
+The record holds what the tables show of each model (rerank, term matching, low rank) with its
+checkpoint, the analysis settings and the provenance (`run_record.provenance`);
+tests/test_run_records.py rebuilds the tables from it with the functions below.
 """
+import argparse
 import json
-import sys
+
+from xtr import io
+from xtr.evaluation import run_record
 
 KINDS = ("q→d hard", "q→d soft", "d→q hard", "d→q soft")
 
 
-def _models(paths):
-  models = {}
+def _analysis(paths: list[str]) -> dict:
+  """The settings and the table-relevant results of each model of the alignment.json files."""
+  models, settings = {}, {}
   for path in paths:
-    with open(path) as f:
-      models |= json.load(f)["models"]
-  return models
+    with open(path, encoding="utf-8") as f:
+      report = json.load(f)
+    settings = {
+        k: report[k]
+        for k in ("data_dir", "split", "num_queries", "candidates_per_query", "settings")
+    }
+    for label, result in report["models"].items():
+      models[label] = {k: result[k] for k in ("checkpoint", "rerank", "term_matching", "low_rank")}
+  return {**settings, "models": models}
 
 
 def rerank(models) -> str:
@@ -63,15 +78,36 @@ def low_rank(models) -> str:
   return "\n".join(rows)
 
 
-def main(paths) -> None:
-  models = _models(paths)
-  print("Rerank\n\n" + rerank(models))
+def tables(models) -> str:
+  """Every table of the section, with a title line before each."""
+  parts = ["Rerank\n\n" + rerank(models)]
   for subset in ("candidates", "containing"):
-    print(f"\nTerm matching over {subset}\n\n" + term_matching(models, subset))
+    parts.append(f"Term matching over {subset}\n\n" + term_matching(models, subset))
     for kind in ("q→d hard", "d→q hard"):
-      print(f"\n{kind}, {subset}, by IDF bin\n\n" + by_bin(models, subset, kind))
-  print("\nLow rank\n\n" + low_rank(models))
+      parts.append(f"{kind}, {subset}, by IDF bin\n\n" + by_bin(models, subset, kind))
+  return "\n\n".join(parts + ["Low rank\n\n" + low_rank(models)])
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("paths", nargs="+", help="SciFact alignment.json files, in table order.")
+  parser.add_argument("--nfcorpus", help="The NFCorpus alignment.json (its rerank table).")
+  parser.add_argument("--record", help="Write the run record here.")
+  parser.add_argument("--analysis_command", action="append", default=[],
+                      help="The command lines that wrote the alignment.json files (recorded).")
+  args = parser.parse_args()
+  scifact = _analysis(args.paths)
+  print(tables(scifact["models"]))
+  record = {"scifact": scifact}
+  if args.nfcorpus:
+    record["nfcorpus"] = _analysis([args.nfcorpus])
+    print("\nNFCorpus rerank\n\n" + rerank(record["nfcorpus"]["models"]))
+  if args.record:
+    data = [analysis["data_dir"] for analysis in record.values()]
+    io.write_results(args.record, {
+        **run_record.record(record, data, "test"), "analysis_commands": args.analysis_command
+    })
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  main()

@@ -1,5 +1,6 @@
 """Run records (`xtr.evaluation.run_record`) and the numbers the docs quote from them: each table
 that links a record under docs/runs/ holds that record's numbers."""
+import importlib.util
 import json
 import re
 import subprocess
@@ -153,3 +154,21 @@ def test_the_h200_train_step_table_holds_its_records_numbers():
         f"{run['step_s']:.3g} s", f"{run['tokens_per_sec']:,.0f}", f"{100 * run['mfu']:.1f} %",
         f"{run['peak_gib']:.1f} GiB"
     ]
+
+
+def test_the_alignment_tables_hold_their_records_numbers():
+  """The alignment analysis's tables, rebuilt from the record by launch/alignment_tables.py, stand
+  in docs/results.md as they are."""
+  record = json.loads((REPO / "docs" / "runs" / "alignment_analysis_scifact.json").read_text())
+  spec = importlib.util.spec_from_file_location("alignment_tables",
+                                                REPO / "launch" / "alignment_tables.py")
+  tables = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(tables)
+  scifact = record["results"]["scifact"]["models"]
+  text = (REPO / "docs" / "results.md").read_text()
+  for table in (tables.rerank(scifact), tables.term_matching(scifact, "candidates"),
+                tables.term_matching(scifact, "containing"),
+                tables.by_bin(scifact, "containing",
+                              "q→d hard"), tables.by_bin(scifact, "containing", "d→q hard"),
+                tables.low_rank(scifact), tables.rerank(record["results"]["nfcorpus"]["models"])):
+    assert table in text, table.splitlines()[2]
