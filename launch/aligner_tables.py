@@ -1,19 +1,23 @@
 """Tables (Markdown, on stdout) and figures of launch/aligner_scifact.sh's results.
 
-  .venv/bin/python launch/aligner_tables.py runs/aligner [FIGURES_DIR]
+  .venv/bin/python launch/aligner_tables.py runs/aligner [FIGURES_DIR] \
+      [--nfcorpus_record=docs/runs/aligner_nfcorpus.json]
 
 Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir), OUT_DIR/<model>/adapt.json
 (xtr-adapt-alignment) and OUT_DIR/relu/nfcorpus/ (launch/aligner_nfcorpus.sh); writes FIGURES_DIR
 (default OUT_DIR)/aligner_pruning.png (Figure 7
 analog: nDCG@10 against β_d, one line per β_q) and aligner_salience.png (Figure 6 analog:
 nDCG@10 against β_d, one line per salience variant). Pruning cells not run yet show as "—";
-variant rows appear once measured.
+variant rows appear once measured. --nfcorpus_record writes the run record of the NFCorpus rows
+(`nfcorpus_record`; tests/test_run_records.py rebuilds them from it with `row`).
 """
+import argparse
 import json
 import pathlib
-import sys
 
 import matplotlib
+
+from xtr import io
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # pylint: disable=wrong-import-position
@@ -37,6 +41,20 @@ def row(label: str, result: dict | None) -> str:
       f"| {label} | {result['ndcg@10']:.4f} | {result['recall@100']:.4f} | "
       f"{result['mrr@10']:.4f} | {result['indexed_tokens']:,} | {result['scann_bytes'] / 1e6:.1f} |"
   )
+
+
+def nfcorpus_record(out: pathlib.Path) -> dict:
+  """The NFCorpus rows' results: xtr-eval-beir's top-1 evaluations (unpruned, β_d = 20 %) and
+  xtr-adapt-alignment's report, each with its provenance, per-query scores dropped."""
+  nfcorpus = out / "relu" / "nfcorpus"
+  reports = {f"top1_{index}": nfcorpus / f"top1_{index}.json" for index in ("index", "index_d0.2")}
+  return {
+      name: {
+          k: v for k, v in load(path).items() if k != "per_query"
+      } for name, path in {
+          **reports, "adapt": nfcorpus / "adapt.json"
+      }.items()
+  }
 
 
 def ndcg(result: dict | None) -> float:
@@ -136,5 +154,11 @@ def plot_variants(variants: dict, path: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-  results = pathlib.Path(sys.argv[1])
-  main(results, pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else results)
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("out", type=pathlib.Path)
+  parser.add_argument("figures", type=pathlib.Path, nargs="?")
+  parser.add_argument("--nfcorpus_record", help="Write the NFCorpus rows' run record here.")
+  args = parser.parse_args()
+  main(args.out, args.figures or args.out)
+  if args.nfcorpus_record:
+    io.write_results(args.nfcorpus_record, nfcorpus_record(args.out))

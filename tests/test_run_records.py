@@ -160,10 +160,7 @@ def test_the_alignment_tables_hold_their_records_numbers():
   """The alignment analysis's tables, rebuilt from the record by launch/alignment_tables.py, stand
   in docs/results.md as they are."""
   record = json.loads((REPO / "docs" / "runs" / "alignment_analysis_scifact.json").read_text())
-  spec = importlib.util.spec_from_file_location("alignment_tables",
-                                                REPO / "launch" / "alignment_tables.py")
-  tables = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(tables)
+  tables = _launch_script("alignment_tables")
   scifact = record["results"]["scifact"]["models"]
   text = (REPO / "docs" / "results.md").read_text()
   for table in (tables.rerank(scifact), tables.term_matching(scifact, "candidates"),
@@ -172,3 +169,33 @@ def test_the_alignment_tables_hold_their_records_numbers():
                               "q→d hard"), tables.by_bin(scifact, "containing", "d→q hard"),
                 tables.low_rank(scifact), tables.rerank(record["results"]["nfcorpus"]["models"])):
     assert table in text, table.splitlines()[2]
+
+
+def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
+  """ALIGNER on NFCorpus: the two top-1 rows (launch/aligner_tables.py's `row`), every
+  strategy's nDCG@10 and the few-shot result, from the record."""
+  record = json.loads((REPO / "docs" / "runs" / "aligner_nfcorpus.json").read_text())
+  tables = _launch_script("aligner_tables")
+  heading = "### A second BEIR set: NFCorpus, zero-shot"
+  rows = _rows(heading, r"top-1, .*")
+  assert ["| " + " | ".join(row) + " |" for row in rows] == [
+      tables.row(label, record[name]) for label, name in (("top-1, unpruned", "top1_index"),
+                                                          ("top-1, β_d = 20 %", "top1_index_d0.2"))
+  ]
+  adapt = record["adapt"]
+  strategies = _rows(heading, r"[*\d.]+")
+  assert [[cell.strip("*") for cell in strategies[0]]
+         ] == [[f"{value:.4f}" for value in adapt["strategies"].values()]]
+  section = (REPO / "docs" / "results.md").read_text().split(heading)[1].split("\n#")[0]
+  adapted = adapt["adapted"]
+  assert (f"{len(adapt['folds'])} folds of {adapt['shots']}: **{adapted['mean']:.4f} ± "
+          f"{adapted['std']:.4f}** against {adapt['default']['ndcg@10']:.4f}") in " ".join(
+              section.split())
+
+
+def _launch_script(name: str):
+  """The module launch/`name`.py (launch/ is scripts, not a package)."""
+  spec = importlib.util.spec_from_file_location(name, REPO / "launch" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
