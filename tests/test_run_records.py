@@ -193,6 +193,18 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
               section.split())
 
 
+def test_the_zero_shot_baseline_rows_are_the_demos_record():
+  """The demo table's BM25, single-vector and raw-token MaxSim rows: nDCG@10, Recall@100 and
+  MRR@10 of `make demo`'s record (the XTR row is the older 128-d model's, not recorded)."""
+  record = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
+  results = record["results"]["scifact"]
+  rows = _rows("## The demo:", r"(BM25|MiniLM) .*")
+  assert [row[1:4] for row in rows
+         ] == [[f"{results[name][metric]:.4f}"
+                for metric in ("ndcg@10", "recall@100", "mrr@10")]
+               for name in ("bm25", "minilm_single_vector", "minilm_maxsim")]
+
+
 def _launch_script(name: str):
   """The module launch/`name`.py (launch/ is scripts, not a package)."""
   spec = importlib.util.spec_from_file_location(name, REPO / "launch" / f"{name}.py")
