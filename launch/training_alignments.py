@@ -58,7 +58,7 @@ def evaluate(model_dir: str, alignment: str, out: str, sets: list[str], gin_args
     evaluator = dev_eval.DevEvaluator(data_dir=data_dir, split=split, every_steps=1,
                                       alignment=chosen)
     results[name] = evaluator(0, encoder.model, encoder.params, encoder.tokenizer)["dev_ndcg@10"]
-    data.update(run_record.provenance([data_dir], split)["data_sha256"])
+    data.update(run_record.data_sha256([data_dir], split))
     print(f"{model_dir} {alignment} {name}: nDCG@10 {results[name]:.4f}", flush=True)
   record = run_record.record({"ndcg@10": results, "alignment": alignment}, [], "")
   io.write_results(out, {**record, "data_sha256": data})

@@ -40,8 +40,9 @@ def test_step_flops_are_three_forward_passes_and_the_scoring():
 
 
 def test_step_flops_inside_the_trainers_mesh_equal_those_outside():
-  """The trainer counts the FLOPs under its mesh and logical axis rules (8 devices); the count is
-  of the program lowered for the CPU, the same inside as outside."""
+  """The trainer counts the FLOPs under its mesh and logical axis rules: its 8 devices here, or a
+  pod's data × model layout (an abstract 64 × 4 mesh: no devices needed). The program is traced
+  outside the mesh and lowered for the CPU: the same count inside as outside."""
   model = xtr_encoder.XTREncoder(
       bert.BertEncoder(
           bert.BertConfig(vocab_size=100, hidden_size=64, num_layers=2, num_heads=4,
@@ -50,10 +51,12 @@ def test_step_flops_inside_the_trainers_mesh_equal_those_outside():
       jax.eval_shape(model.init, jax.random.key(0), jnp.ones((1, 1), jnp.int32))["params"])
   outside = throughput.step_cost(model, params, (B, N), (C, M))
   mesh = partitioning.make_mesh(num_partitions=2)
-  with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.axis_rules()):
-    inside = throughput.step_cost(model, params, (B, N), (C, M))
-  assert mesh.devices.size == 8 and inside.tokens == outside.tokens
-  assert inside.flops == pytest.approx(outside.flops, rel=1e-6)  # 6 FLOPs of 7.7e8 apart
+  pod = jax.sharding.AbstractMesh((64, 4), (partitioning.DATA_AXIS, partitioning.MODEL_AXIS))
+  for context in (jax.set_mesh(mesh), jax.sharding.use_abstract_mesh(pod)):
+    with context, nn.logical_axis_rules(partitioning.axis_rules()):
+      inside = throughput.step_cost(model, params, (B, N), (C, M))
+    assert inside == outside
+  assert mesh.devices.size == 8
 
 
 def test_peak_flops_by_device_kind():

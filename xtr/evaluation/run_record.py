@@ -31,21 +31,24 @@ def record(results: Any, data_dirs: Sequence[str], split: str) -> dict[str, Any]
 
 
 def provenance(data_dirs: Sequence[str], split: str) -> dict[str, Any]:
-  """The command line, git commit, operative gin config, the sha256 of each BEIR directory's
-  corpus, queries and `split` qrels, and the date (UTC)."""
-  files = [
-      beir_files.resolve(data_dir, name)
-      for data_dir in data_dirs
-      for name in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{split}.tsv"))
-  ]
+  """The command line, git commit, operative gin config, `data_sha256` of the data, and the date
+  (UTC)."""
   return {
       "command": shlex.join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
       "git_commit": git_commit(),
       "gin_config": gin.operative_config_str(),
-      "data_sha256": {
-          path: io.sha256(path) for path in files
-      },
+      "data_sha256": data_sha256(data_dirs, split),
       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+  }
+
+
+def data_sha256(data_dirs: Sequence[str], split: str) -> dict[str, str]:
+  """{path: sha256} of each BEIR directory's corpus, queries and `split` qrels."""
+  return {
+      path: io.sha256(path) for path in (beir_files.resolve(data_dir, name)
+                                        for data_dir in data_dirs
+                                        for name in ("corpus.jsonl", "queries.jsonl",
+                                                     os.path.join("qrels", f"{split}.tsv")))
   }
 
 

@@ -73,8 +73,11 @@ def step_cost(model: nn.Module, params: Any, query_shape: tuple[int, int],
                              params), jax.ShapeDtypeStruct(shape, jnp.int32))
     # Lowered for the CPU on any devices: XLA:GPU gives no analysis of a lowered program, and
     # in the compiled one its matmuls are library calls that it does not count (on an H200,
-    # 2–4 % of the FLOPs); XLA:CPU counts every dot of the program as written.
-    lowered = jax.jit(encode).trace(*abstract).lower(lowering_platforms=("cpu",))
+    # 2–4 % of the FLOPs); XLA:CPU counts every dot of the program as written. Traced outside
+    # the caller's mesh (the trainer's, of TPU or GPU devices): no sharding constraint of it in
+    # a program lowered for the CPU, and none changes the FLOPs.
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), ())):
+      lowered = jax.jit(encode).trace(*abstract).lower(lowering_platforms=("cpu",))
     return lowered.cost_analysis()["flops"]
 
   dim = jax.eval_shape(
