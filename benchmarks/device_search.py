@@ -2,7 +2,8 @@
 
   .venv/bin/python benchmarks/device_search.py CHECKPOINT DATA_DIR OUT_JSON \
       (--index=INDEX_DIR | --gin_file=MODEL_GIN [--gin_bindings=...]) \
-      [--dtypes=bfloat16,int8,float32] [--queries=300] [--k_prime=1000] [--copies=1]
+      [--dtypes=bfloat16,int8,float32] [--token_blocks=65536] [--recall_targets=none]
+      [--queries=300] [--k_prime=1000] [--copies=1]
 
 The token vectors are those of INDEX_DIR (an index with stored vectors), or, with --gin_file
 (the model of CHECKPOINT, as `xtr-export` takes it), DATA_DIR's corpus encoded here, on the
@@ -21,6 +22,7 @@ documents, so no nDCG is given there. On the accelerator machine it measures the
 here, the CPU ("device" then means this host's cores).
 """
 import argparse
+import itertools
 import json
 import time
 
@@ -127,6 +129,10 @@ def main() -> None:
   source.add_argument("--gin_file", action="append", help="The model's gin (encode the corpus).")
   parser.add_argument("--gin_bindings", action="append", default=[])
   parser.add_argument("--dtypes", default="bfloat16,int8,float32")
+  parser.add_argument("--token_blocks", default="65536",
+                      help="DeviceConfig.token_block values to measure (each with every dtype).")
+  parser.add_argument("--recall_targets", default="none",
+                      help="DeviceConfig.recall_target values to measure ('none': exact).")
   parser.add_argument("--queries", type=int, default=300)
   parser.add_argument("--k_prime", type=int, default=1000)
   parser.add_argument("--copies", type=int, default=1)
@@ -144,9 +150,12 @@ def main() -> None:
   wanted = [set(zip(d, p)) for d, p in zip(docs, positions)]
   config = ranker.SearchConfig(top_k=100, k_prime=args.k_prime, searcher="device")
   rows = []
-  for dtype in args.dtypes.split(","):
+  targets = [None if t == "none" else float(t) for t in args.recall_targets.split(",")]
+  for dtype, block, target in itertools.product(args.dtypes.split(","),
+                                                map(int, args.token_blocks.split(",")), targets):
     start = time.perf_counter()
-    resident = device.DeviceTokens(*tokens, device.DeviceConfig(dtype=dtype))
+    resident = device.DeviceTokens(
+        *tokens, device.DeviceConfig(dtype=dtype, token_block=block, recall_target=target))
     jax.block_until_ready(resident.search(sample[:1], 1))
     load_s = time.perf_counter() - start
     ranked, batch_s, alone_ms = _measure(resident, q, q_mask, config)
@@ -157,6 +166,9 @@ def main() -> None:
     ])
     rows.append({
         "dtype": dtype,
+        "token_block": block,
+        "recall_target": target,
+        "bin_width": device.bin_width(resident.num_tokens, args.k_prime, block, target),
         "device": str(jax.local_devices()[0].device_kind),
         "devices": len(jax.local_devices()),
         "tokens": resident.num_tokens,

@@ -93,11 +93,39 @@ def test_chunks_already_on_a_device_are_held_as_host_chunks_are(dtype):
     np.testing.assert_array_equal(got, want)
 
 
-def test_approx_max_k_with_a_recall_target_is_exact_on_cpu():
-  chunks, docs, positions, queries = _corpus(2000)
-  config = device.DeviceConfig(dtype="float32", recall_target=0.9, token_block=256)
-  scores, _, _ = device.DeviceTokens(chunks, docs, positions, config).search(queries, 40)
-  np.testing.assert_allclose(np.asarray(scores), exact.search(chunks, queries, 40)[0], atol=1e-6)
+@pytest.mark.parametrize(
+    "num_tokens,k,block,recall_target,width",
+    [
+        (20000, 50, 2048, 0.9, 32),  # 2T(1 - r)/k = 80, at most 2048 // 50 = 40: 32 divides 2048.
+        (20000, 50, 2048, 0.999, 1),  # 0.8: exact.
+        (20000, 50, 2048, None, 1),
+        (10**8, 1000, 65536, 0.99, 64),  # 2,000 capped at 65: each block still yields k.
+        (600, 50, 30, 0.5, 1),  # A block smaller than k.
+    ])
+def test_bin_width(num_tokens, k, block, recall_target, width):
+  assert device.bin_width(num_tokens, k, block, recall_target) == width
+
+
+def test_a_recall_target_finds_that_share_of_the_exact_top_k():
+  """Bins of 32 tokens on 8 devices (expected loss k·w/2T = 4 %): the tokens found are real
+  tokens with their exact scores, in order, and at least 90 % of the exact top-k; a target of 1
+  is exact search."""
+  chunks, docs, positions, queries = _corpus(20000)
+  exact_scores, exact_tokens = exact.search(chunks, queries, 50)
+  for target in (1.0, 0.9):
+    config = device.DeviceConfig(dtype="float32", recall_target=target, token_block=2048)
+    scores, found_docs, found_positions = map(
+        np.asarray,
+        device.DeviceTokens(chunks, docs, positions, config).search(queries, 50))
+    found = found_docs * 10 + found_positions
+    recall = np.mean([len(np.intersect1d(f, e)) / 50 for f, e in zip(found, exact_tokens)])
+    vectors = np.concatenate(chunks)
+    np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, vectors[found]), atol=1e-5)
+    assert (np.diff(scores, axis=1) <= 0).all()
+    if target == 1.0:
+      np.testing.assert_allclose(scores, exact_scores, atol=1e-6)
+    else:
+      assert 0.9 <= recall < 1
 
 
 @pytest.mark.parametrize("field,value", [("dtype", "float16"), ("recall_target", 0.0),

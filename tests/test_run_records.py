@@ -15,6 +15,7 @@ from tests import retrieval_setup
 from tests.retrieval_setup import REPO
 from xtr import io
 from xtr.evaluation import run_record
+from xtr.index import device
 from xtr.training import throughput
 
 
@@ -154,6 +155,34 @@ def test_the_h200_train_step_table_holds_its_records_numbers():
         f"{run['step_s']:.3g} s", f"{run['tokens_per_sec']:,.0f}", f"{100 * run['mfu']:.1f} %",
         f"{run['peak_gib']:.1f} GiB"
     ]
+
+
+def test_the_h200_device_search_table_holds_its_records_numbers():
+  """Each row of docs/performance.md's H200 table is a row of its record, and each approximate
+  row's bin width is `device.bin_width`'s for its corpus."""
+  runs = json.loads((REPO / "docs" / "runs" / "device_search_h200.json").read_text())["runs"]
+  exact, binned = runs["exact_dtypes"], runs["recall_targets"]
+  chosen = [(exact, "1x", "float32", None), (exact, "1x", "int8", None),
+            *((binned, "1x", "bfloat16", t) for t in (None, 0.99, 0.95)),
+            (exact, "16x", "int8", None), (binned, "16x", "bfloat16", None),
+            (binned, "16x", "bfloat16", 0.99)]
+  want = []
+  for run, size, dtype, target in chosen:
+    row, = (
+        r for r in run[size]["rows"] if r["dtype"] == dtype and r.get("recall_target") == target)
+    width = device.bin_width(row["tokens"], run[size]["args"]["k_prime"], 65536, target)
+    assert row.get("bin_width", 1) == width
+    qps = row["queries_per_s_batched"]
+    want.append([
+        f"{row['tokens'] / 1e6:.3g}M" + (" (16×)" if size == "16x" else ""), dtype,
+        "exact (1)" if target is None else f"{target} ({width})",
+        "1" if row["recall_exact_top_k"] == 1 else f"{row['recall_exact_top_k']:.4f}",
+        "—" if row["ndcg@10"] is None else f"{row['ndcg@10']:.4f}",
+        f"{row['p50_ms_one_query']:.3g}", f"{qps:,.0f}" if qps >= 1000 else f"{qps:.3g}",
+        f"{row['resident_mb']:,.0f} MiB"
+    ])
+  assert _rows("**On an accelerator: one H200 (measured).**", r"[\d.]+M.*",
+               page="performance.md") == want
 
 
 def test_the_alignment_tables_hold_their_records_numbers():

@@ -2,8 +2,11 @@
 device memory, sharded over the local devices along the token dimension.
 
 Each device scores the query tokens against its share of the tokens block by block, keeping a
-running top-k (`jax.lax.top_k`, or `jax.lax.approx_max_k` with a recall target: TPU's
-partial-reduction top-k); the devices' top-k lists are then gathered and merged. The vectors
+running top-k (`jax.lax.top_k`); the devices' top-k lists are then gathered and merged. With a
+recall target, each block's scores are first reduced to the best of each strided bin of w tokens
+(the partial reduction of TPU-KNN, Chern et al. 2022, which `jax.lax.approx_max_k` runs on TPU
+only; written here in jnp, so it is approximate, and tested, on every platform), so the top-k
+sorts w times fewer scores. The vectors
 are stored as bfloat16 (2 bytes per dimension), int8 with a float32 scale per token (1 byte per
 dimension + 4 per token) or float32 (exact; as `--searcher=bruteforce`). A table of each
 token's document is kept beside them, so that f_XTR' can run on the device without a round
@@ -31,8 +34,8 @@ class DeviceConfig:
   Attributes:
     dtype: the resident vectors' type: "bfloat16", "int8" (a float32 scale per token) or
       "float32" (exact scores).
-    recall_target: None: exact top-k; else `jax.lax.approx_max_k`'s expected recall in (0, 1]
-      (approximate on TPU, exact on CPU and GPU).
+    recall_target: None: exact top-k; else the expected recall of the exact top-k, in (0, 1],
+      that the partial reduction may give up for speed (`bin_width`; 1 is exact).
     token_block: tokens each device scores per step (the [Q, block] scores are its temporary
       memory); at least k' is used.
   """
@@ -47,6 +50,19 @@ class DeviceConfig:
       raise ValueError(f"DeviceConfig.recall_target must be in (0, 1], got {self.recall_target}")
     if self.token_block < 1:
       raise ValueError(f"DeviceConfig.token_block must be positive, got {self.token_block}")
+
+
+def bin_width(num_tokens: int, k: int, block: int, recall_target: float | None) -> int:
+  """Tokens per bin w of the partial reduction: a true top-k token is lost only when a better one
+  shares its bin, about k·w/(2T) of them with the k spread over T/w bins, so w = 2T(1 - r)/k;
+  at most block/k (each block still yields k candidates) and a divisor of the block; 1 (exact)
+  without a recall target."""
+  if recall_target is None:
+    return 1
+  width = max(1, min(int(2 * num_tokens * (1 - recall_target) / k), block // k))
+  while block % width:
+    width -= 1
+  return width
 
 
 def _quantized(vectors: np.ndarray | jax.Array, dtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -140,16 +156,26 @@ class DeviceTokens:
     """
     return _search(self._mesh, jnp.asarray(queries, jnp.float32), self._vectors, self._scales,
                    self._locations, k=k, block=self._block, num_tokens=self.num_tokens,
-                   recall_target=self.config.recall_target)
+                   width=bin_width(self.num_tokens, k, self._block, self.config.recall_target))
 
 
-@functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("k", "block", "num_tokens", "recall_target"))
+def _binned_top_k(scores: jax.Array, k: int, width: int) -> tuple[jax.Array, jax.Array]:
+  """scores [Q, B] -> the top k of the best of each bin (scores [Q, k], their columns [Q, k]);
+  bin j of the B/width holds the columns j, j + B/width, ... (far apart: other documents)."""
+  if width == 1:
+    return jax.lax.top_k(scores, k)
+  binned = scores.reshape(scores.shape[0], width, -1)
+  best, bins = jax.lax.top_k(binned.max(axis=1), k)
+  return best, jnp.take_along_axis(binned.argmax(axis=1), bins, axis=1) * binned.shape[2] + bins
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("k", "block", "num_tokens", "width"))
 def _search(mesh: jax.sharding.Mesh, queries: jax.Array, vectors: jax.Array, scales: jax.Array,
             locations: jax.Array, *, k: int, block: int, num_tokens: int,
-            recall_target: float | None) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """`DeviceTokens.search`: per-device running top-k over blocks, then a merge of the devices'
-  lists. vectors [P·T_p, D], scales [P·T_p] and locations [P·T_p, 2], sharded over AXIS."""
+            width: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`DeviceTokens.search`: per-device running top-k over blocks (each block's scores first
+  reduced to the best of each bin of `width` tokens), then a merge of the devices' lists.
+  vectors [P·T_p, D], scales [P·T_p] and locations [P·T_p, 2], sharded over AXIS."""
   spec = jax.sharding.PartitionSpec(AXIS)
 
   def local(queries, vectors, scales, locations):
@@ -168,11 +194,7 @@ def _search(mesh: jax.sharding.Mesh, queries: jax.Array, vectors: jax.Array, sca
                        block_vectors.astype(compute).T, preferred_element_type=jnp.float32,
                        precision=jax.lax.Precision.HIGHEST) * block_scales
       scores = jnp.where(start + jnp.arange(block) < num_tokens, scores, -jnp.inf)
-      if recall_target is None:
-        block_scores, where = jax.lax.top_k(scores, min(k, block))
-      else:
-        block_scores, where = jax.lax.approx_max_k(scores, min(k, block),
-                                                   recall_target=recall_target)
+      block_scores, where = _binned_top_k(scores, min(k, block // width), width)
       scores = jnp.concatenate([top[0], block_scores], axis=1)
       found = jnp.concatenate([top[1], block_locations[where]], axis=1)
       top_scores, positions = jax.lax.top_k(scores, top[0].shape[1])

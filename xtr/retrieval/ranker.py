@@ -47,7 +47,7 @@ class SearchConfig:
     impute: f_XTR''s score for query tokens that retrieved nothing of a document:
       "top_k_prime" (the paper's m_i), "zero", a finite float, or "none".
     searcher: "scann" (the index's ScaNN searcher), "bruteforce" (exact token retrieval) or
-      "device" (exact or `approx_max_k` retrieval from vectors resident on the accelerator,
+      "device" (exact or binned retrieval from vectors resident on the accelerator,
       `xtr.index.device`; with scoring "xtr", f_XTR' runs there too).
     alignment: the sparse alignment of "aligner" refinement.
     prune_query: β_q in (0, 1]: only the most salient ⌈β_q·n⌉ query tokens retrieve tokens
