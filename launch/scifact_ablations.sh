@@ -6,13 +6,14 @@
 # MaxSim; imputation and k' sweeps on the f_XTR models of k_train 32 and 1024; token-retrieval
 # curves of f_XTR (k_train 32 and 1024) and f_ColBERT.
 #
-#   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~20 min per model on 2 cores)
+#   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~11 min per model on 2 cores)
 #
 # xtr_k1024 is the 128-d model `make demo` trained until issue 14 (its recipe now adds 384-d tokens
 # and WiSE-FT: docs/results.md, "Generalization").
 #
 # Every step is skipped when its output exists, so a killed run resumes where it stopped.
-# Results: OUT_DIR/<model>/<evaluation>.json, OUT_DIR/tables.md, docs/figures/token_retrieval.png.
+# Results: OUT_DIR/<model>/<evaluation>.json, OUT_DIR/tables.md (launch/ablation_tables.py; its
+# --record writes docs/runs/scifact_ablations.json), docs/figures/token_retrieval.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s setup
@@ -71,26 +72,4 @@ analyze xtr_k32 "f_XTR (k_train 32)"
 analyze xtr_k1024 "f_XTR (k_train 1024)" --plot=docs/figures/token_retrieval.png \
   --compare=$out/xtr_k32/tokens.json,$out/colbert/tokens.json
 
-$bin/python - "$out" <<'PYTHON' | tee "$out/tables.md"
-import json, pathlib, sys
-out = pathlib.Path(sys.argv[1])
-def row(label, path):
-  r = json.loads(path.read_text())
-  return (f"| {label} | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | {r['mrr@10']:.4f} | "
-          f"{r['latency_ms_per_query']['mean']:.1f} |")
-head = "| {} | nDCG@10 | Recall@100 | MRR@10 | ms/query |\n|---|---|---|---|---|"
-print("Training objective x scoring\n\n" + head.format("objective / scoring"))
-for model in ("xtr_k32", "xtr_k128", "xtr_k1024", "colbert"):
-  for scoring in ("xtr", "colbert", "exhaustive"):
-    print(row(f"{model} / {scoring}", out / model / f"{scoring}.json"))
-print("\nImputation (k' = 1000)\n\n" + head.format("model, impute"))
-for model in ("xtr_k32", "xtr_k1024"):
-  for impute in ("none", "zero", "0.2", "0.4"):
-    print(row(f"{model}, {impute}", out / model / f"impute_{impute}.json"))
-  print(row(f"{model}, top_k_prime", out / model / "xtr.json"))
-print("\nk' (f_XTR', top-k' imputation; all tokens = exhaustive MaxSim)\n\n" + head.format("model, k'"))
-for model in ("xtr_k32", "xtr_k1024", "colbert"):
-  for k_prime, name in (("100", "k_prime_100"), ("1000", "xtr"), ("10000", "k_prime_10000")):
-    print(row(f"{model}, {k_prime}", out / model / f"{name}.json"))
-  print(row(f"{model}, all", out / model / "exhaustive.json"))
-PYTHON
+$bin/python launch/ablation_tables.py "$out" | tee "$out/tables.md"

@@ -15,6 +15,7 @@ from tests.retrieval_setup import SLICE_QUERIES as NUM_QUERIES
 import xtr
 from xtr import io as xtr_io
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.index import build
 from xtr.index import files
 from xtr.index import reader
@@ -295,6 +296,7 @@ def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_sli
   assert process.returncode == 0, process.stderr
   result = json.loads((tmp_path / "tiny.json").read_text())
   assert (tmp_path / "tokens.png").read_bytes()[:4] == b"\x89PNG"
+  assert result["data_sha256"] == run_record.data_sha256([str(scifact_slice)], "test")
   tokenizer = encoder.tokenizer
   eos = tokenizer.suffix[0]
   doc_vectors = token_index.doc_vectors(range(token_index.num_docs))

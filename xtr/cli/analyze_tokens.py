@@ -8,8 +8,8 @@ its top-k document tokens from the index and measures, at each rank r = 1..k, th
 query tokens whose rank-r token
   - comes from a gold document of the query (relevance > 0): P(gold | rank r);
   - is the same vocabulary token as the query token (lexically identical): P(lexical | rank r).
-Writes both curves as JSON and, with --plot, draws them (with the curves of earlier --out files
-given to --compare) side by side.
+Writes both curves as JSON, with the run's provenance (`run_record`), and, with --plot, draws
+them (with the curves of earlier --out files given to --compare) side by side.
 """
 import json
 from typing import Any
@@ -23,6 +23,7 @@ import tqdm
 from xtr import cli
 from xtr import io
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.index import reader
 from xtr.text import tokenization
 
@@ -142,7 +143,8 @@ def main(argv: Sequence[str]) -> None:
       "checkpoint": _INDEX_FLAGS.checkpoint.value,
       "data_dir": _SPLIT_FLAGS.data_dir.value,
       "split": _SPLIT_FLAGS.split.value,
-      **analyze(data, encoder, token_index, k, _SEARCHER.value)
+      **analyze(data, encoder, token_index, k, _SEARCHER.value),
+      **run_record.provenance([_SPLIT_FLAGS.data_dir.value], _SPLIT_FLAGS.split.value)
   }
   io.write_results(_OUT.value, result)
   if _PLOT.value:
