@@ -1,13 +1,17 @@
-"""Tables (Markdown, on stdout) of launch/scifact_ablations.sh's results, and their run record.
+"""Tables (Markdown, on stdout) of launch/scifact_ablations.sh's and launch/scifact_dev_tuning.sh's
+results, and their run records.
 
   .venv/bin/python launch/ablation_tables.py runs/ablations \
       [--record=docs/runs/scifact_ablations.json]
+  .venv/bin/python launch/ablation_tables.py runs/dev_tuning --dev \
+      [--record=docs/runs/scifact_dev_tuning.json]
 
 Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir) and OUT_DIR/<model>/tokens.json
 (xtr-analyze-tokens). Cells not run yet show as "—". --record writes what the tables show, each
 evaluation with its provenance (command, commit, gin config, data sha256; per-query scores
 dropped), in the record's layout {"evaluations": {model: {evaluation: report}}, "tokens": {model:
-report}}; tests/test_run_records.py rebuilds the tables of docs/results.md from it with `tables`.
+report}}; tests/test_run_records.py rebuilds the tables of docs/results.md from it with `tables`
+(`dev_table` with --dev).
 """
 import argparse
 import json
@@ -19,12 +23,22 @@ MODELS = ("xtr_k32", "xtr_k128", "xtr_k1024", "colbert")
 HEAD = "| {} | nDCG@10 | Recall@100 | MRR@10 | ms/query |\n|---|---|---|---|---|"
 IMPUTE = ("none", "zero", "0.2", "0.4")
 RANKS = (1, 10, 100, 1000)
+# launch/scifact_dev_tuning.sh's recipes, in docs/results.md's order.
+DEV_RECIPES = (
+    ("first", "first recipe: AdamW 1e-4, random projection, k_train 32"),
+    ("k32_random", "AdamW 3e-5, random projection, k_train 32"),
+    ("k32", "AdamW 3e-5, PCA projection, k_train 32"),
+    ("k32_lr1e-5", "AdamW 1e-5, PCA projection, k_train 32"),
+    ("k128", "AdamW 3e-5, PCA projection, k_train 128"),
+    ("k512", "AdamW 3e-5, PCA projection, k_train 512"),
+    ("k1024", "AdamW 3e-5, PCA projection, k_train 1024 (the current recipe)"),
+)
 
 
-def collect(out: pathlib.Path) -> dict:
+def collect(out: pathlib.Path, models: tuple[str, ...] = MODELS) -> dict:
   """The record: every report under OUT_DIR that the tables read, without per-query scores."""
   evaluations, tokens = {}, {}
-  for model in MODELS:
+  for model in models:
     for path in sorted((out / model).glob("*.json")):
       report = {k: v for k, v in json.loads(path.read_text()).items() if k != "per_query"}
       if path.stem == "tokens":
@@ -89,14 +103,30 @@ def token_table(tokens: dict) -> str:
   return "\n".join(lines)
 
 
+def dev_table(record: dict) -> str:
+  """nDCG@10 on the dev split of each recipe, by f_XTR' and by exact MaxSim."""
+  lines = ["| recipe | f_XTR' (ScaNN, k' = 1000) | exact MaxSim |", "|---|---|---|"]
+  for recipe, label in DEV_RECIPES:
+    runs = record["evaluations"].get(recipe, {})
+    cells = [f"{runs[s]['ndcg@10']:.4f}" if s in runs else "—" for s in ("xtr", "exhaustive")]
+    lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+  return "\n".join(lines)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("out", type=pathlib.Path)
+  parser.add_argument("--dev", action="store_true",
+                      help="OUT_DIR is launch/scifact_dev_tuning.sh's: its table.")
   parser.add_argument("--record", help="Write the run record here (JSON).")
   args = parser.parse_args()
-  record = collect(args.out)
-  for title, table in tables(record).items():
-    print(f"{title}\n\n{table}\n")
+  if args.dev:
+    record = collect(args.out, tuple(recipe for recipe, _ in DEV_RECIPES))
+    print(dev_table(record))
+  else:
+    record = collect(args.out)
+    for title, table in tables(record).items():
+      print(f"{title}\n\n{table}\n")
   if args.record:
     io.write_results(args.record, record)
 

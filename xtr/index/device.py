@@ -3,15 +3,14 @@ device memory, sharded over the local devices along the token dimension.
 
 Each device scores the query tokens against its share of the tokens block by block, keeping a
 running top-k (`jax.lax.top_k`); the devices' top-k lists are then gathered and merged. With a
-recall target, each block's scores are first reduced to the best of each strided bin of w tokens
-(the partial reduction of TPU-KNN, Chern et al. 2022, which `jax.lax.approx_max_k` runs on TPU
-only; written here in jnp, so it is approximate, and tested, on every platform), so the top-k
-sorts w times fewer scores. The vectors
-are stored as bfloat16 (2 bytes per dimension), int8 with a float32 scale per token (1 byte per
-dimension + 4 per token) or float32 (exact; as `--searcher=bruteforce`). A table of each
-token's document is kept beside them, so that f_XTR' can run on the device without a round
-trip to the host (`xtr.scoring.search_scores.f_xtr_prime_top`), with each token's position in
-its document.
+recall target, each block's scores are first reduced to the best of each strided bin of w
+tokens, so that the top-k sorts w times fewer scores: the partial reduction of TPU-KNN (Chern et
+al. 2022), which `jax.lax.approx_max_k` runs on TPUs only; written here in jnp, it is
+approximate, and tested, on every platform. The vectors are stored as bfloat16 (2 bytes per
+dimension), int8 with a float32 scale per token (1 byte per dimension + 4 per token) or float32
+(exact; as `--searcher=bruteforce`). A table of each token's document is kept beside them, so
+that f_XTR' can run on the device without a round trip to the host
+(`xtr.scoring.search_scores.f_xtr_prime_top`), with each token's position in its document.
 """
 import dataclasses
 import functools
