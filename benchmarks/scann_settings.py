@@ -2,12 +2,14 @@
 nDCG@10 of f_XTR' and ScaNN's time, for each setting, over an index's token vectors.
 
   .venv/bin/python benchmarks/scann_settings.py INDEX_DIR CHECKPOINT DATA_DIR OUT_PREFIX \
-      '[{"leaves_factor": 1.8, "leaves": [50, 100]}, {"dims_per_block": 2, "leaves": [100]}]'
+      '[{"leaves_factor": 1.8, "leaves": [50, 100]}, {"dims_per_block": 2, "leaves": [100]}]' \
+      [SPLIT]
 
 Each JSON object is `ScannConfig` fields (`xtr.index.scann`; the rest default) plus "leaves",
 the leaves searched per query token to measure. Every ScaNN is built by `scann.build` (one
 training thread: what an export builds) from the index's stored vectors, and searched with the
-test queries' tokens (k' = 1000, one thread): recall@1000 is the fraction of each token's
+tokens of SPLIT's queries (k' = 1000, one thread; SPLIT: test by default, a dev split to choose
+settings without seeing the test queries): recall@1000 is the fraction of each token's
 exact top 1000 (numpy, float32) that ScaNN returns, averaged over the tokens; nDCG@10 ranks by
 f_XTR' from ScaNN's lists (top-k' imputation); ms is the median of ScaNN's search of one
 query's tokens. Writes OUT_PREFIX.json and OUT_PREFIX.md.
@@ -37,9 +39,10 @@ def exact_top(tokens: np.ndarray, vectors: np.ndarray, k: int) -> np.ndarray:
   return np.concatenate(top)
 
 
-def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str) -> None:
+def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str,
+         split: str = "test") -> None:
   encoder, token_index = searcher.open_for_search(index_dir, checkpoint)
-  data = beir_eval.load_beir(data_dir, "test")
+  data = beir_eval.load_beir(data_dir, split)
   q, q_mask, _ = encoder.encode_queries(data.queries)
   vectors = np.concatenate(token_index.doc_vectors(range(token_index.num_docs)))
   tokens = q[q_mask]
@@ -78,7 +81,7 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str
           "build_s": build_s
       })
       print(rows[-1], file=sys.stderr, flush=True)
-  io.write_results(out + ".json", {"index": index_dir, "rows": rows})
+  io.write_results(out + ".json", {"index": index_dir, "split": split, "rows": rows})
   lines = [
       "| settings | leaves | searched | recall@1000 | nDCG@10 | ScaNN p50 ms | build s |",
       "|---|---|---|---|---|---|---|"

@@ -1,11 +1,13 @@
 """Run records (`xtr.evaluation.run_record`) and the numbers the docs quote from them: each table
 that links a record under docs/runs/ holds that record's numbers."""
+import dataclasses
 import importlib.util
 import json
 import re
 import subprocess
 
 import flax.linen as nn
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +18,7 @@ from tests.retrieval_setup import REPO
 from xtr import io
 from xtr.evaluation import run_record
 from xtr.index import device
+from xtr.index import scann
 from xtr.training import throughput
 
 
@@ -261,3 +264,65 @@ def _launch_script(name: str):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def _fastest_section_rows(cells: int) -> list[list[str]]:
+  """The rows of docs/performance.md's "Fewer leaves, coarser codes" tables with `cells` cells."""
+  rows = _rows("### Fewer leaves, coarser codes", r"\d+-d", page="performance.md")
+  return [[c.replace("*", "") for c in row] for row in rows if len(row) == cells]
+
+
+def _dev_settings(row: dict) -> str:
+  dims = row.get("dims_per_block", 1)
+  return (f"{dims} dim{'s' if dims > 1 else ''} per {row.get('hash_type', 'lut16').upper()} "
+          f"block, η {row.get('anisotropic_quantization_threshold', 0.1):g}, leaves "
+          f"×{row.get('leaves_factor', 1.0):g}")
+
+
+@pytest.mark.parametrize("model, gin_file", [("128", "fastest"), ("384", "fastest_384")])
+def test_the_fastest_settings_are_the_dev_splits_choice(model, gin_file):
+  """gin/scann/fastest*.gin are what the dev-split rule picks from its record (the fastest
+  setting within 0.002 nDCG@10 of the default settings at 100 leaves), and the dev table holds
+  the record's rows, one per setting with the leaves searched joined by " / "."""
+  rows = json.loads((REPO / "docs" / "runs" / f"scann_dev_{model}.json").read_text())["rows"]
+  settings = ("leaves_factor", "dims_per_block", "hash_type", "anisotropic_quantization_threshold")
+  groups = {}
+  for row in rows:
+    groups.setdefault(tuple(row.get(k) for k in settings), []).append(row)
+  want = [[
+      f"{model}-d",
+      _dev_settings(group[0]), f"{group[0]['num_leaves_built']:,}",
+      *(" / ".join(fmt(r)
+                   for r in group)
+        for fmt in (lambda r: str(r["leaves_searched"]), lambda r: f"{r['recall@1000']:.3f}",
+                    lambda r: f"{r['ndcg@10']:.4f}", lambda r: f"{r['scann_p50_ms']:.1f}"))
+  ]
+          for group in groups.values()]
+  assert [r for r in _fastest_section_rows(7) if r[0] == f"{model}-d"] == want
+
+  default, = (r for r in rows if r["leaves_searched"] == 100 and not set(settings) & set(r))
+  chosen = min((r for r in rows if r["ndcg@10"] >= default["ndcg@10"] - 0.002),
+               key=lambda r: r["scann_p50_ms"])
+  with gin.unlock_config():
+    gin.parse_config_file(str(REPO / "gin" / "scann" / f"{gin_file}.gin"))
+  try:
+    config = dataclasses.asdict(scann.ScannConfig())
+  finally:
+    gin.clear_config()
+  defaults = dataclasses.asdict(scann.ScannConfig())
+  assert {k: config[k] for k in settings} == {k: chosen.get(k, defaults[k]) for k in settings}
+  assert config["num_leaves_to_search"] == chosen["leaves_searched"]
+
+
+def test_the_fastest_settings_test_table_holds_its_records_numbers():
+  """The test-split table of "Fewer leaves, coarser codes": every engine row of the two
+  benchmarks/engines.py records, in their order."""
+  want = []
+  for model in ("384", "128"):
+    record = json.loads((REPO / "docs" / "runs" / f"engines_fastest_{model}.json").read_text())
+    want += [[
+        f"{model}-d", f"`{r['engine']}`", f"{r['ndcg@10']:.4f}", f"{r['recall@100']:.4f}",
+        f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}", f"{r['queries_per_s']:.1f}",
+        f"{r['build_s']:,.0f}", f"{r['bytes_per_token']:.1f}", f"{r['peak_rss_mb']:,.0f}"
+    ] for r in record["rows"]]
+  assert _fastest_section_rows(10) == want
