@@ -326,3 +326,15 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
         f"{r['build_s']:,.0f}", f"{r['bytes_per_token']:.1f}", f"{r['peak_rss_mb']:,.0f}"
     ] for r in record["rows"]]
   assert _fastest_section_rows(10) == want
+
+
+def test_the_dev_split_baseline_rows_are_the_dev_demos_record():
+  """The dev-tuning table's rows of the demo pointed at the dev split: its f_XTR' row and the
+  zero-shot and BM25 rows, nDCG@10 of its record."""
+  results = json.loads((REPO / "docs" / "runs" / "demo_scifact_dev.json").read_text())
+  results = results["results"]["scifact_dev"]
+  rows = _rows("### Tuning on a dev split", r"(the demo's recipe|all-MiniLM|BM25).*")
+  ndcg = {name: f"{metrics['ndcg@10']:.4f}" for name, metrics in results.items()}
+  assert [row[1:] for row in rows] == [[ndcg["xtr"], "—"], ["—", ndcg["minilm_maxsim"]],
+                                       [f"{ndcg['minilm_single_vector']} (exact dot product)", "—"],
+                                       [f"{ndcg['bm25']} (no token index)", "—"]]
