@@ -289,15 +289,12 @@ def test_the_fastest_settings_are_the_dev_splits_choice(model, gin_file):
   groups = {}
   for row in rows:
     groups.setdefault(tuple(row.get(k) for k in settings), []).append(row)
+  columns = ("{leaves_searched}", "{recall@1000:.3f}", "{ndcg@10:.4f}", "{scann_p50_ms:.1f}")
   want = [[
       f"{model}-d",
       _dev_settings(group[0]), f"{group[0]['num_leaves_built']:,}",
-      *(" / ".join(fmt(r)
-                   for r in group)
-        for fmt in (lambda r: str(r["leaves_searched"]), lambda r: f"{r['recall@1000']:.3f}",
-                    lambda r: f"{r['ndcg@10']:.4f}", lambda r: f"{r['scann_p50_ms']:.1f}"))
-  ]
-          for group in groups.values()]
+      *(" / ".join(column.format(**r) for r in group) for column in columns)
+  ] for group in groups.values()]
   assert [r for r in _fastest_section_rows(7) if r[0] == f"{model}-d"] == want
 
   default, = (r for r in rows if r["leaves_searched"] == 100 and not set(settings) & set(r))
