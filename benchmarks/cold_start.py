@@ -22,13 +22,18 @@ import time
 import numpy as np
 
 QUERY = "what causes scurvy"
+HELPER_WAIT = "wait for ScaNN's helper"
+SEARCH = "search + score"
 # (stage, module, attribute): wrapped callables, in the order a search calls them.
-WRAPPED = (("parse gin", "xtr.cli", "parse_gin"), ("open index", "xtr.index.reader", "open_index"),
-           ("load ScaNN", "xtr.index.reader",
-            "TokenIndex.load_scann"), ("restore parameters", "xtr.models.encoding", "load_params"),
-           ("build encoder", "xtr.models.model_spec",
-            "encoder"), ("encode query", "xtr.models.encoding",
-                         "Encoder.encode_ids"), ("search + score", "xtr.retrieval.ranker", "rank"))
+WRAPPED = (
+    ("parse gin", "xtr.cli", "parse_gin"),
+    ("open index", "xtr.index.reader", "open_index"),
+    ("load ScaNN (or start its helper)", "xtr.index.reader", "TokenIndex.load_scann"),
+    ("restore parameters", "xtr.models.encoding", "load_params"),
+    ("build encoder", "xtr.models.model_spec", "encoder"),
+    ("encode query", "xtr.models.encoding", "Encoder.encode_ids"),
+    (HELPER_WAIT, "xtr.index.scann_process", "Searcher.wait"),  # Inside the search's time.
+    (SEARCH, "xtr.retrieval.ranker", "rank"))
 
 # Runs in the child: wraps WRAPPED, then runs xtr-search as its console script does.
 CHILD = """
@@ -91,6 +96,8 @@ def run_once(arguments: list[str], empty_cache: bool) -> dict[str, float]:
   }
   stages["flags"] = events["main"] - events["imports"]
   stages.update({stage: events[stage][1] for stage, _, _ in WRAPPED if stage in events})
+  if HELPER_WAIT in stages:  # The first search waits for the helper: that time is counted once.
+    stages[SEARCH] -= stages[HELPER_WAIT]
   stages["exit"] = wall - events["main returned"]
   stages["rest of main (queries, checks, output)"] = wall - sum(stages.values())
   stages["total (wall)"] = wall

@@ -29,6 +29,7 @@ from xtr import io
 from xtr.index import files
 from xtr.index import reader
 from xtr.index import scann
+from xtr.index import scann_process
 from xtr.index import verify
 from xtr.index import writer as index_writer
 from xtr.retrieval import searcher
@@ -57,7 +58,16 @@ def _edit_manifest(path, edit) -> None:
   (path / files.MANIFEST).write_text(json.dumps(manifest))
 
 
-def test_pickled_doc_ids_are_refused_and_never_loaded(tmp_path):
+def _load_scann(path, in_helper, monkeypatch) -> None:
+  """Loads the index's ScaNN in this process or in a helper (`xtr-search`'s); a refusal must
+  come before any helper process starts."""
+  monkeypatch.setattr(scann_process.subprocess, "Popen",
+                      lambda *_, **__: pytest.fail("a helper started"))
+  reader.open_index(str(path)).load_scann(in_helper)
+
+
+@pytest.mark.parametrize("in_helper", [False, True])
+def test_pickled_doc_ids_are_refused_and_never_loaded(tmp_path, monkeypatch, in_helper):
   path = _index(tmp_path / "index")
   marker = tmp_path / "pwned"
   pkl = path / "scann" / "scann_docids.pkl"
@@ -66,16 +76,17 @@ def test_pickled_doc_ids_are_refused_and_never_loaded(tmp_path):
   assert marker.exists()
   marker.unlink()
   with pytest.raises(files.DamagedIndexError, match=r"does not list: \['scann_docids.pkl'\]"):
-    reader.open_index(str(path)).search(QUERIES, 5, "scann")
+    _load_scann(path, in_helper, monkeypatch)
   # ... and stays refused when a hostile manifest lists it with its true checksum.
   _edit_manifest(path,
                  lambda m: m["files"].update({"scann/scann_docids.pkl": files.record(str(pkl))}))
   with pytest.raises(files.DamagedIndexError, match=r"lists \['scann_docids.pkl'\].* never"):
-    reader.open_index(str(path)).search(QUERIES, 5, "scann")
+    _load_scann(path, in_helper, monkeypatch)
   assert not marker.exists()
 
 
-def test_scann_assets_outside_the_listed_files_are_refused(tmp_path):
+@pytest.mark.parametrize("in_helper", [False, True])
+def test_scann_assets_outside_the_listed_files_are_refused(tmp_path, monkeypatch, in_helper):
   path = _index(tmp_path / "index")
   assets = path / "scann" / "scann_assets.pbtxt"
   assets.write_text(assets.read_text().replace('"hashed_dataset.npy"', '"../../elsewhere.npy"'))
@@ -84,7 +95,7 @@ def test_scann_assets_outside_the_listed_files_are_refused(tmp_path):
   with pytest.raises(
       files.DamagedIndexError, match=r"names files that the manifest does not "
       r"list: \['../../elsewhere.npy'\]"):
-    reader.open_index(str(path)).search(QUERIES, 5, "scann")
+    _load_scann(path, in_helper, monkeypatch)
 
 
 @pytest.mark.parametrize("problem, edit", [

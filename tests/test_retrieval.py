@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -340,6 +341,53 @@ def test_scann_is_loaded_up_front_only_for_scann_search(exported, token_searcher
                                                 searcher=token_searcher)
   loaded = token_index._shards[0]._scann is not None  # pylint: disable=protected-access
   assert loaded == (token_searcher == "scann")
+
+
+def test_scann_in_a_helper_process_searches_as_in_this_one(exported):
+  """xtr-search's ScaNN, loaded and searched in a helper process (`scann_process`), retrieves
+  what the searcher loaded in this process retrieves: the same tokens and scores, on one thread
+  and on two, at the built leaves and at 2; one helper answers many requests. It imports
+  neither JAX nor TensorFlow."""
+  _, index_dir = exported
+  here, helper = reader.open_index(str(index_dir)), reader.open_index(str(index_dir))
+  helper.load_scann(in_helper=True)
+  queries = np.random.default_rng(0).standard_normal((7, here.dim)).astype(np.float32)
+  for k_prime, leaves, threads in ((10, None, 1), (50, 2, 2), (10_000, None, 1)):
+    expected = here.search_tokens(queries, k_prime, "scann", leaves, threads)
+    got = helper.search_tokens(queries, k_prime, "scann", leaves, threads)
+    for a, b in zip(expected, got):
+      np.testing.assert_array_equal(a, b)
+  script = ("import sys; from xtr.index import scann_process; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'jax', 'flax', 'tensorflow', 'scann'}))")
+  imported = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=REPO, check=True).stdout
+  assert imported == "[]\n"  # What the helper imports before it loads: it starts in ~0.1 s.
+
+
+def test_a_helper_that_fails_or_dies_is_named(exported, tmp_path):
+  """ScaNN's error in the helper's load (a damaged file that --verify=off let through) is a
+  damaged index, a helper killed under a search an error; both name the ScaNN directory, and
+  neither hangs."""
+  _, index_dir = exported
+  copy = tmp_path / "index"
+  shutil.copytree(index_dir, copy)
+  with open(copy / "scann" / "hashed_dataset.npy", "r+b") as f:
+    f.write(b"not a npy header")
+  damaged = reader.open_index(str(copy), verify="off")
+  damaged.load_scann(in_helper=True)
+  queries = np.ones((2, damaged.dim), np.float32)
+  with pytest.raises(files.DamagedIndexError,
+                     match=rf"^{copy / 'scann'}: ScaNN: RuntimeError: .*npy"):
+    damaged.search(queries, 5)
+  killed = reader.open_index(str(index_dir))
+  killed.load_scann(in_helper=True)
+  helper = killed._shards[0]._scann  # pylint: disable=protected-access
+  helper.wait()
+  helper._process.kill()  # pylint: disable=protected-access
+  with pytest.raises(RuntimeError,
+                     match=r"the process that loads and searches ScaNN ended \(exit status -9\)"):
+    killed.search(queries, 5)
 
 
 def test_a_cold_search_traces_the_model_once(exported, monkeypatch):

@@ -88,13 +88,14 @@ class IndexFlags:
         "vocabulary", None, "A local copy of the index's vocabulary file (sentencepiece model, "
         "tokenizer.json or vocab.txt), where its recorded path does not exist.")
 
-  def open(self, token_searcher: str = "scann") -> tuple[encoding.Encoder, reader.TokenIndex]:
+  def open(self, token_searcher: str = "scann",
+           scann_helper: bool = False) -> tuple[encoding.Encoder, reader.TokenIndex]:
     """`searcher.open_for_search` of --index and --checkpoint for `token_searcher`, after
     parsing gin: --gin_file and --gin_bindings may set what the manifest does not (e.g.
     `Encoder.batch_size`)."""
     parse_gin()
     return searcher.open_for_search(self.index.value, self.checkpoint.value, self._verify.value,
-                                    self._vocabulary.value, token_searcher)
+                                    self._vocabulary.value, token_searcher, scann_helper)
 
 
 class MultihostFlags:

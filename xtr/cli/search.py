@@ -80,7 +80,8 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--format=trec needs --out=FILE.")
   cli.check_output_file("out", _OUT.value)
   queries = _read_queries(_QUERIES.value)
-  encoder, token_index = _INDEX_FLAGS.open(config.searcher)
+  # ScaNN loads in a helper process while the model is restored (docs/performance.md).
+  encoder, token_index = _INDEX_FLAGS.open(config.searcher, scann_helper=True)
   if _FORMAT.value == "trec":
     beir_eval.check_trec_ids(queries, token_index.doc_ids)
   results = ranker.search(encoder, token_index, list(queries.values()), config,

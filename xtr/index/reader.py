@@ -16,6 +16,7 @@ from xtr import io
 from xtr.index import device
 from xtr.index import exact
 from xtr.index import files
+from xtr.index import scann_process
 from xtr.index import scann_search
 from xtr.index import verify as verify_lib
 
@@ -148,13 +149,15 @@ class _Shard:
     positions = np.where(found, tokens - self.doc_offsets[docs], -1).astype(np.int32)
     return docs, positions
 
-  def load_scann(self) -> None:
-    """Verifies and loads the ScaNN searcher (once)."""
+  def load_scann(self, in_helper: bool = False) -> None:
+    """Verifies and loads the ScaNN searcher (once); `in_helper`: in a helper process, which
+    loads while this one goes on (`scann_process`)."""
     if self._scann is None:
       scann_dir = self._names[files.SCANN_DIR]
       names = scann_search.listed_names(self.manifest["files"], scann_dir)
       self._verifier.check(f"{scann_dir}/{name}" for name in sorted(names))
-      self._scann = scann_search.load(os.path.join(self.path, scann_dir), names)
+      load = scann_process.Searcher if in_helper else scann_search.load
+      self._scann = load(os.path.join(self.path, scann_dir), names)
 
   def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None,
                    threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -268,10 +271,14 @@ class TokenIndex:
     """The index's copy of its model's vocabulary file (the first shard's), verified."""
     return self._shards[0].vocabulary_file()
 
-  def load_scann(self) -> None:
-    """Verifies and loads every shard's ScaNN searcher now rather than at the first search."""
+  def load_scann(self, in_helper: bool = False) -> None:
+    """Verifies and loads every shard's ScaNN searcher now rather than at the first search.
+
+    `in_helper`: a single shard's in a helper process (`scann_process`); shards load one after
+    the other in this process, since ScaNN holds its codes twice while it loads: in helpers,
+    all would at once."""
     for shard in self._shards:
-      shard.load_scann()
+      shard.load_scann(in_helper and len(self._shards) == 1)
 
   def on_device(self) -> device.DeviceTokens:
     """The tokens of token retrieval (every shard's) resident on the local devices, with their

@@ -50,7 +50,7 @@ def listed_names(listed: dict[str, Any], scann_dir: str = files.SCANN_DIR) -> se
   return {path[len(prefix):] for path in listed if path.startswith(prefix)}
 
 
-def _check_files(scann_dir: str, names: set[str]) -> None:
+def check_files(scann_dir: str, names: set[str]) -> None:
   """Refuses scann/ unless it holds exactly the listed `names`, and its assets name only them."""
   present = set(os.listdir(scann_dir))
   unlisted = sorted(present - names)
@@ -75,7 +75,7 @@ def _check_files(scann_dir: str, names: set[str]) -> None:
 def load(scann_dir: str, names: set[str]) -> Any:
   """The searcher (a `ScannNumpy`) serialized in `scann_dir`; its listed `names` must have been
   verified."""
-  _check_files(scann_dir, names)
+  check_files(scann_dir, names)
   with open(os.path.join(scann_dir, ASSETS), encoding="utf-8") as f:
     assets = f.read()
   return _pybind().ScannNumpy(scann_dir, assets)

@@ -22,8 +22,8 @@ Ranking = list[tuple[str, float]]
 
 
 def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
-                    vocabulary: str | None = None,
-                    searcher: str = "scann") -> tuple[encoding.Encoder, reader.TokenIndex]:
+                    vocabulary: str | None = None, searcher: str = "scann",
+                    scann_helper: bool = False) -> tuple[encoding.Encoder, reader.TokenIndex]:
   """The token index at `index_path` and the query encoder of `checkpoint`.
 
   The model, vocabulary and lengths come from the index's manifest, as data (nothing stored in
@@ -36,11 +36,14 @@ def open_for_search(index_path: str, checkpoint: str, verify: str = "fast",
       before xtr kept one); its sha256 must be the recorded one.
     searcher: the token retrieval that will be used: ScaNN is loaded now only for "scann" (the
       others never read it).
+    scann_helper: ScaNN loads in a helper process while the model is restored here, and is
+      searched there (`xtr.index.scann_process`: a one-shot search's answer comes sooner).
   """
   token_index = reader.open_index(index_path, verify)
   if searcher == "scann":
-    # ScaNN holds its codes twice while it loads: before the parameters, that peak adds to less.
-    token_index.load_scann()
+    # ScaNN holds its codes twice while it loads: here, before the parameters, that peak adds to
+    # less (in a helper, the parameters are small beside it).
+    token_index.load_scann(scann_helper)
   params = encoding.load_params(checkpoint)
   encoder = model_spec.encoder(token_index.manifest["model"], f"the manifest of {index_path}",
                                params, checkpoint, vocabulary or token_index.vocabulary_file(),
