@@ -42,7 +42,7 @@ setuptools.setup(
         "console_scripts": [
             "xtr-train=xtr.cli.train:console_entry_point",
             "xtr-export=xtr.cli.export:console_entry_point",
-            "xtr-search=xtr.cli.search:console_entry_point",
+            "xtr-search=xtr.search_main:console_entry_point",
             "xtr-eval-beir=xtr.cli.eval_beir:console_entry_point",
             "xtr-demo=xtr.cli.demo:console_entry_point",
             "xtr-analyze-tokens=xtr.cli.analyze_tokens:console_entry_point",

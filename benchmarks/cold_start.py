@@ -4,9 +4,11 @@
 
 Each run starts a new Python process that runs the `xtr-search` console script's code on one
 query (stdin) with its library calls wrapped in timers, and prints, per stage, the median
-milliseconds over the runs: interpreter start, imports, opening and verifying the index, loading
-ScaNN, restoring the parameters, building the query encoder (fingerprint included), encoding the
-query (its compilation included), search and scoring, the process's exit and the rest of main,
+milliseconds over the runs: interpreter start, starting ScaNN's helper process (the console
+script's `xtr.search_main`), imports, opening and verifying the index, loading ScaNN (or taking
+the helper over), restoring the parameters, building the query encoder (fingerprint included),
+encoding the query (its compilation included), waiting for the helper, search and scoring
+(after that wait), the process's exit and the rest of main,
 up to the parent's wall time of the process. --empty_cache gives each run an empty compilation
 cache ($XDG_CACHE_HOME), as a first run ever; otherwise the runs share the user's. Extra
 arguments go to xtr-search (e.g. --compilation_cache=off).
@@ -50,6 +52,9 @@ def wrap(owner, name, stage):
     finally:
       events.setdefault(stage, [start - t0, 0.0])[1] += time.time() - start
   setattr(owner, name, timed)
+from xtr import search_main
+search_main.start_helper(sys.argv)  # As the console script does, before the tool's imports.
+events["helper started"] = time.time() - t0
 from xtr.cli import search
 events["imports"] = time.time() - t0
 for stage, module, attribute in %r:
@@ -92,7 +97,8 @@ def run_once(arguments: list[str], empty_cache: bool) -> dict[str, float]:
       events = json.load(f)
   stages = {
       "interpreter start": events["interpreter"],
-      "imports": events["imports"] - events["interpreter"]
+      "start ScaNN's helper": events["helper started"] - events["interpreter"],
+      "imports": events["imports"] - events["helper started"]
   }
   stages["flags"] = events["main"] - events["imports"]
   stages.update({stage: events[stage][1] for stage, _, _ in WRAPPED if stage in events})

@@ -6,9 +6,10 @@ import pathlib
 import pytest
 
 XTR = pathlib.Path(__file__).resolve().parent.parent / "xtr"
-# text -> tokens -> token vectors -> (loss | index) -> scores -> metrics, then the tools.
+# text -> tokens -> token vectors -> (loss | index) -> scores -> metrics, then the tools, and the
+# console script that starts xtr-search's ScaNN helper before it imports them.
 STAGES = ("io", "typecheck", "text", "data", "models", "scoring", "training", "index", "retrieval",
-          "evaluation", "analysis", "cli")
+          "evaluation", "analysis", "cli", "search_main")
 
 
 def _stage(module: str) -> int:

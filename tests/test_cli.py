@@ -31,7 +31,7 @@ from xtr.training import trainer
     ("xtr.cli.export", [
         "--corpus", "--repair", "--docs_per_chunk", "--prune_doc", "--from_index", "--store_vectors"
     ]),
-    ("xtr.cli.search", [
+    ("xtr.search_main", [
         "--queries", "--format", "--k_prime", "--verify", "--vocabulary", "--alignment",
         "--prune_query", "--leaves_to_search"
     ]),
@@ -84,14 +84,15 @@ def test_stored_gin_config_is_never_run(exported, tmp_path):
   marker.unlink()
   # ... but search never parses what an index stores: the hostile index searches normally,
   index_dir = _copy_index(exported, tmp_path, lambda m: m.update(gin_config=_hostile_gin(marker)))
-  process = run_tool("xtr.cli.search", f"--index={index_dir}", f"--checkpoint={exported[0]}",
+  process = run_tool("xtr.search_main", f"--index={index_dir}", f"--checkpoint={exported[0]}",
                      "--top_k=3", stdin="vitamin c\n")
   assert process.returncode == 0, process.stderr[-2000:]
   assert len(json.loads(process.stdout)["results"]) == 3
   # an index of the old format (which did run its gin text) is refused,
   old = _copy_index(exported, tmp_path / "old",
                     lambda m: m.update(format=1, model={"gin_config": _hostile_gin(marker)}))
-  process = run_tool("xtr.cli.search", f"--index={old}", f"--checkpoint={exported[0]}", stdin="q\n")
+  process = run_tool("xtr.search_main", f"--index={old}", f"--checkpoint={exported[0]}",
+                     stdin="q\n")
   assert process.returncode != 0 and "format 1" in process.stderr
   assert not marker.exists()
   # and a model description names only modules of a fixed table.
@@ -135,7 +136,7 @@ def test_export_refuses_an_empty_corpus_before_writing_anything(tmp_path):
 
 
 def test_search_refuses_a_directory_as_output_before_searching(tmp_path):
-  process = run_tool("xtr.cli.search", f"--index={tmp_path / 'none'}", "--checkpoint=none",
+  process = run_tool("xtr.search_main", f"--index={tmp_path / 'none'}", "--checkpoint=none",
                      f"--out={tmp_path}", stdin="q\n")
   assert process.returncode != 0 and f"--out={tmp_path} is a directory" in process.stderr
   with pytest.raises(app.UsageError, match="the directory .*/missing does not exist"):

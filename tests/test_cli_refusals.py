@@ -26,7 +26,7 @@ MISSING = "/nonexistent/xtr-test"  # Every path a refusal must come before readi
 _SEARCH = (f"--index={MISSING}/index", f"--checkpoint={MISSING}/model")
 _EVAL = (f"--data_dir={MISSING}/data", *_SEARCH, f"--out={MISSING}/out.json")
 _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr must name)])
-    "xtr.cli.search": (_SEARCH, [
+    "xtr.search_main": (_SEARCH, [
         *[(f"--{flag}={value}", f"--{flag}={value}") for flag in ("top_k", "k_prime")
           for value in (0, -3, 10**10, "1e9", "nan")],
         *[(f"--impute={value}", f"--impute={value}") for value in ("nan", "-inf", "inf", "x")],
@@ -135,17 +135,17 @@ def test_absurd_flags_are_refused_in_one_line_before_any_work(refusals, module, 
 
 
 def test_a_refusal_shows_its_traceback_only_with_the_switch():
-  plain = run_tool("xtr.cli.search", *_SEARCH, stdin="q\n")
+  plain = run_tool("xtr.search_main", *_SEARCH, stdin="q\n")
   assert plain.returncode == 2
   assert plain.stderr == f"xtr-tool: no token index at {MISSING}/index: not a directory\n"
-  traced = run_tool("xtr.cli.search", *_SEARCH, "--traceback", stdin="q\n")
+  traced = run_tool("xtr.search_main", *_SEARCH, "--traceback", stdin="q\n")
   assert traced.returncode == 2
   assert traced.stderr.startswith("Traceback (most recent call last):\n")
   assert traced.stderr.endswith(plain.stderr)
 
 
 def test_help_states_the_exit_status():
-  process = run_tool("xtr.cli.search", "--help")
+  process = run_tool("xtr.search_main", "--help")
   assert process.returncode == 0 and process.stderr == ""
   assert "Exit status: 0 done; 2 refused" in process.stdout
   assert "--[no]traceback: Print the Python traceback of a refusal" in process.stdout
@@ -166,13 +166,13 @@ def test_search_writes_through_pipes_caps_top_k_and_keeps_stderr_clean(exported,
   manifest = json.loads((exported[1] / "manifest.json").read_text())
   assert manifest["num_docs"] == SLICE_DOCS
   with _pipe(tmp_path) as (pipe, read):
-    capped = run_tool("xtr.cli.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
+    capped = run_tool("xtr.search_main", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
                       f"--queries={queries}", f"--out={pipe}", "--top_k=1000000000",
                       "--k_prime=1000000000")
     assert capped.returncode == 0, capped.stderr[-2000:]
     received = read()
   assert _search_lines(capped.stderr) == []
-  exact = run_tool("xtr.cli.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
+  exact = run_tool("xtr.search_main", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
                    f"--queries={queries}", "--out=/dev/stdout", f"--top_k={SLICE_DOCS}",
                    f"--k_prime={manifest['num_indexed_tokens']}")
   assert exact.returncode == 0, exact.stderr[-2000:]
@@ -183,7 +183,7 @@ def test_search_writes_through_pipes_caps_top_k_and_keeps_stderr_clean(exported,
 
 
 def test_a_full_disk_is_refused_naming_the_output(exported):
-  process = run_tool("xtr.cli.search", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
+  process = run_tool("xtr.search_main", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
                      "--out=/dev/full", "--top_k=3", stdin="vitamin c\n")
   assert process.returncode == 2
   assert _search_lines(process.stderr) == [
@@ -345,6 +345,6 @@ def test_encoder_lengths_and_batch_size_of_gin_are_refused_naming_the_binding(na
 def test_every_console_script_is_probed():
   """Every console script of setup.py is among the probed modules, so each is shown to refuse
   through `cli.run` (one line, exit status 2)."""
-  scripts = re.findall(r'"xtr-[\w-]+=(xtr\.cli\.\w+):console_entry_point"',
+  scripts = re.findall(r'"xtr-[\w-]+=(xtr\.[\w.]+):console_entry_point"',
                        (REPO / "setup.py").read_text())
   assert len(scripts) == 12 and set(scripts) == set(_CASES)

@@ -17,8 +17,9 @@ from tests.retrieval_setup import REPO
 import xtr
 
 # The tools whose --help examples a newcomer copies (module docstrings).
-TOOLS = sorted(
-    p.stem for p in (REPO / "xtr").glob("*.py") if "def console_entry_point" in p.read_text())
+TOOLS = sorted(p.stem
+               for p in (REPO / "xtr" / "cli").glob("*.py")
+               if "def console_entry_point" in p.read_text())
 # What the First run creates: paths under it in --help examples need not exist before.
 FIRST_RUN_OUTPUTS = "runs/smoke"
 # Flags that name what a command reads.
@@ -71,10 +72,10 @@ def test_help_examples_name_existing_paths_or_placeholders(tool):
   """Every path given to a flag in the module docstring's example commands exists in the
   repository, is made by the First run (runs/smoke) or by `make demo` where the example says
   so, or is a placeholder in capitals."""
-  doc = ast.get_docstring(ast.parse((REPO / "xtr" / f"{tool}.py").read_text()))
+  doc = ast.get_docstring(ast.parse((REPO / "xtr" / "cli" / f"{tool}.py").read_text()))
   examples = re.findall(r"^  (?:# after `make demo`.*\n  )?(?:.*\| )?xtr-\S+ .*(?:\\\n.*)*", doc,
                         flags=re.MULTILINE)
-  assert examples, f"xtr/{tool}.py's docstring has no example command"
+  assert examples, f"xtr/cli/{tool}.py's docstring has no example command"
   for example in examples:
     after_demo = "# after `make demo`" in example
     for flag, value in re.findall(r"--(\w+)=([^\s\]]+)", example):

@@ -167,7 +167,7 @@ def test_export_eval_and_search_rank_the_scifact_slice_as_exact_maxsim_by_torch(
   report = json.loads((tmp_path / "r.json").read_text())
   assert report["ndcg@10"] == pytest.approx(beir_eval.evaluate(data.qrels, expected)["ndcg@10"])
   # xtr-search of the same index and weights, a query on stdin: the same ranking.
-  process = run_tool("xtr.cli.search", f"--index={index}", f"--checkpoint={directory}",
+  process = run_tool("xtr.search_main", f"--index={index}", f"--checkpoint={directory}",
                      "--top_k=10", "--scoring=exhaustive", stdin=data.queries[0] + "\n")
   assert process.returncode == 0, process.stderr[-2000:]
   found = json.loads(process.stdout)["results"]

@@ -15,11 +15,13 @@ from tests.retrieval_setup import SLICE_DOCS as NUM_DOCS
 from tests.retrieval_setup import SLICE_QUERIES as NUM_QUERIES
 import xtr
 from xtr import io as xtr_io
+from xtr import search_main
 from xtr.evaluation import beir_eval
 from xtr.evaluation import run_record
 from xtr.index import build
 from xtr.index import files
 from xtr.index import reader
+from xtr.index import scann_process
 from xtr.models import encoding
 from xtr.models import model_spec
 from xtr.retrieval import ranker
@@ -388,6 +390,77 @@ def test_a_helper_that_fails_or_dies_is_named(exported, tmp_path):
   with pytest.raises(RuntimeError,
                      match=r"the process that loads and searches ScaNN ended \(exit status -9\)"):
     killed.search(queries, 5)
+
+
+def test_an_early_helper_is_taken_over_only_after_verification(exported, tmp_path):
+  """`start_early` (the console script's, before any import of JAX) starts a helper that the
+  index's `load_scann` takes over once it has verified the files, searching as a searcher
+  loaded here does; a damaged ScaNN file of the right size gets a helper too, but the
+  verification refuses it first; no index, or a sharded one, starts nothing."""
+  _, index_dir = exported
+  scann_process.start_early(str(index_dir))
+  (early,) = scann_process._STARTED.values()  # pylint: disable=protected-access
+  index = reader.open_index(str(index_dir))
+  index.load_scann(in_helper=True)
+  assert index._shards[0]._scann is early  # pylint: disable=protected-access
+  assert not scann_process._STARTED  # pylint: disable=protected-access
+  queries = np.random.default_rng(1).standard_normal((5, index.dim)).astype(np.float32)
+  for a, b in zip(index.search_tokens(queries, 20),
+                  reader.open_index(str(index_dir)).search_tokens(queries, 20)):
+    np.testing.assert_array_equal(a, b)
+  damaged = tmp_path / "index"
+  shutil.copytree(index_dir, damaged)
+  with open(damaged / "scann" / "hashed_dataset.npy", "r+b") as f:
+    f.seek(-1, os.SEEK_END)
+    last = f.read(1)
+    f.seek(-1, os.SEEK_END)
+    f.write(bytes([last[0] ^ 1]))
+  scann_process.start_early(str(damaged))
+  assert len(scann_process._STARTED) == 1  # pylint: disable=protected-access
+  with pytest.raises(files.DamagedIndexError, match="hashed_dataset.npy"):
+    reader.open_index(str(damaged)).load_scann(in_helper=True)
+  scann_process._STARTED.clear()  # pylint: disable=protected-access
+  (tmp_path / "sharded" / "shard-00000-of-00001").mkdir(parents=True)
+  for nothing in (tmp_path / "missing", tmp_path / "sharded"):
+    scann_process.start_early(str(nothing))
+    assert not scann_process._STARTED  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("argv, index", [
+    (["--index=I", "--top_k=3"], "I"),
+    (["--top_k", "3", "--index", "I"], "I"),
+    (["--flagfile={flagfile}"], "F"),
+    (["--index=I", "--searcher=bruteforce"], None),
+    (["--top_k=3"], None),
+    (["--index"], None),
+])
+def test_the_console_script_reads_the_index_of_a_scann_search(argv, index, tmp_path):
+  flagfile = tmp_path / "flags"
+  flagfile.write_text("--index=F\n")
+  argv = ["xtr-search", *(a.format(flagfile=flagfile) for a in argv)]
+  assert search_main.scann_index(argv) == index
+
+
+def test_the_search_console_script_starts_its_helper_before_importing_jax(exported):
+  """`xtr-search` as installed (`xtr.search_main`): one helper, started before JAX is
+  imported, and taken over by the search (no second one)."""
+  model_dir, index_dir = exported
+  script = "\n".join([
+      "import os, sys", "from xtr.index import scann_process", "starts = []",
+      "init = scann_process.Searcher.__init__", "def counting(self, *args):",
+      "  starts.append('jax' in sys.modules)", "  init(self, *args)",
+      "scann_process.Searcher.__init__ = counting", "exit_now = os._exit", "def report(code):",
+      "  print('helpers started, jax imported:', starts, file=sys.stderr, flush=True)",
+      "  exit_now(code)", "os._exit = report", "from xtr import search_main",
+      "search_main.console_entry_point()"
+  ])
+  process = subprocess.run([
+      sys.executable, "-c", script, f"--index={index_dir}", f"--checkpoint={model_dir}", "--top_k=3"
+  ], input="vitamin c\n", capture_output=True, text=True, cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, check=True)
+  assert "helpers started, jax imported: [False]" in process.stderr
+  assert len(json.loads(process.stdout)["results"]) == 3
 
 
 def test_a_cold_search_traces_the_model_once(exported, monkeypatch):

@@ -80,6 +80,7 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
     raise ValueError("demo.run.wise_ft_alpha needs "
                      "initialization.Initialization.save_initial_params = True.")
   datasets = {name: beir_eval.load_beir(path, split) for name, path in sets.items()}
+  os.makedirs(out_dir, exist_ok=True)  # Now, not found missing when the results are written.
   steps = 1 + (wise_ft_alpha is not None) + 3 * len(sets)
   print(f"== 1/{steps} fine-tune XTR from MiniLM", flush=True)
   trainer.train()

@@ -1,6 +1,7 @@
 """`xtr-export-model`: a model trained here, in the sentence-transformers layout of the released
 XTR (`xtr.models.released`), for Hugging Face transformers, sentence-transformers and PyLate.
 
+  # after `make demo`:
   xtr-export-model --gin_file=gin/runs/demo.gin --checkpoint=runs/demo/xtr/wise_ft_0.7 --out=DIR
 
 --gin_file is the run's (its model and vocabulary). DIR must not exist. xtr reads DIR back as it

@@ -156,7 +156,7 @@ class _Shard:
       scann_dir = self._names[files.SCANN_DIR]
       names = scann_search.listed_names(self.manifest["files"], scann_dir)
       self._verifier.check(f"{scann_dir}/{name}" for name in sorted(names))
-      load = scann_process.Searcher if in_helper else scann_search.load
+      load = scann_process.started if in_helper else scann_search.load
       self._scann = load(os.path.join(self.path, scann_dir), names)
 
   def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None,

@@ -4,8 +4,13 @@ ScaNN's constructor holds the GIL for all of its load (~0.9 s for the demo's ind
 and packs every code), so a thread cannot overlap it with anything in Python. `Searcher` starts
 a second interpreter that loads the searcher while this one restores the model and encodes the
 queries, and then searches through pipes: `xtr-search` answers one query that much sooner
-(docs/performance.md, "Cold start"). The files are verified here, before the helper starts;
-the helper only runs `scann_search.load` and `ScannNumpy.search_batched`.
+(docs/performance.md, "Cold start"). The helper only runs `scann_search.load` and
+`ScannNumpy.search_batched`; its files are checked by name (`scann_search.check_files`) before
+it starts, and verified (`xtr.index.verify`) before its first search.
+
+`xtr-search`'s console script (`xtr.search_main`) starts the helper even before the tool's
+imports, with `start_early`; the index's `load_scann` takes it over with `started`, after it
+has verified the files.
 
 Protocol (native byte order, the helper's stdin and stdout): after the load, and after each
 request, the helper writes an int64 status, 0 or the length of a UTF-8 error message that
@@ -23,16 +28,19 @@ import numpy as np
 
 from xtr.index import files
 from xtr.index import scann_search
+from xtr.index import verify
 
 _INT64 = np.dtype(np.int64).itemsize
 _REQUEST = 6  # int64 fields of a request's header.
 _HELPER = "from xtr.index import scann_process; scann_process.serve()"
+_STARTED = {}  # {(scann_dir, names): Searcher} started by `start_early`, until `started`.
 
 
 class Searcher:
   """The searcher serialized in `scann_dir`, loading in a helper process from construction on:
   `set_num_threads` and `search_batched` as `ScannNumpy`'s (what `scann_search.search` calls);
-  the first search waits for the load. `names`: the listed files, verified by the caller."""
+  the first search waits for the load. `names`: the listed files, which the caller verifies
+  before the first search."""
 
   def __init__(self, scann_dir: str, names: set[str]):
     scann_search.check_files(scann_dir, names)  # Refused here, before a process starts.
@@ -101,6 +109,29 @@ class Searcher:
     raise self._error()(
         f"{self._dir}: the process that loads and searches ScaNN ended (exit status {status}"
         f"{': ' + lines[-1] if lines else ''}).")
+
+
+def start_early(index_path: str) -> None:
+  """Starts the helper of a one-shard index's ScaNN before the tool has imported JAX, the
+  manifest and the listed files' sizes and types checked (nothing is hashed twice: `started`'s
+  caller verifies them before the first search). Anything else (no index there, a sharded one,
+  a manifest or file that the tool's own open will refuse) starts nothing."""
+  try:
+    manifest = files.read_json(os.path.join(index_path, files.MANIFEST))
+    files.check_manifest(manifest, index_path)
+    verify.Verifier(index_path, manifest["files"], "off").check_sizes()
+    scann_dir = files.names(manifest)[files.SCANN_DIR]
+    names = scann_search.listed_names(manifest["files"], scann_dir)
+    searcher = Searcher(os.path.join(index_path, scann_dir), names)
+  except (OSError, ValueError):
+    return
+  _STARTED[(os.path.join(index_path, scann_dir), frozenset(names))] = searcher
+
+
+def started(scann_dir: str, names: set[str]) -> Searcher:
+  """The helper that `start_early` started for these files, else a new one; `names` must have
+  been verified."""
+  return _STARTED.pop((scann_dir, frozenset(names)), None) or Searcher(scann_dir, names)
 
 
 def _stop(process: subprocess.Popen, stderr) -> None:
