@@ -335,3 +335,29 @@ def test_the_dev_split_baseline_rows_are_the_dev_demos_record():
   assert [row[1:] for row in rows] == [[ndcg["xtr"], "—"], ["—", ndcg["minilm_maxsim"]],
                                        [f"{ndcg['minilm_single_vector']} (exact dot product)", "—"],
                                        [f"{ndcg['bm25']} (no token index)", "—"]]
+
+
+def test_the_generalization_rows_hold_their_records_numbers():
+  """"Generalization": §1's rows of our systems, rebuilt from the record by
+  launch/generalization_bars.py; §3's measured bars and the README's demo table (SciFact and
+  NFCorpus), the demo's run in the same record."""
+  record = json.loads((REPO / "docs" / "runs" / "generalization_bars.json").read_text())
+  text = (REPO / "docs" / "results.md").read_text()
+  problem = text.split("### 1. The problem in the project's own terms")[1].split("\n#")[0]
+  for row in _launch_script("generalization_bars").rows(record):
+    assert row in problem, row
+  demo = record["demo"]["results"]
+  bars = _rows("### 3. The bars", r"(NFCorpus|SciFact) test .*")
+  assert [row[1] for row in bars
+         ] == [f"{demo[name]['xtr']['ndcg@10']:.4f}" for name in ("nfcorpus", "scifact")]
+  systems = ("xtr", "bm25", "minilm_single_vector", "minilm_maxsim")
+  readme = [[c.strip().split(" ")[0].strip("*")
+             for c in line.split("|")[1:-1]]
+            for line in (REPO / "README.md").read_text().split("| system | SciFact nDCG@10 |")
+            [1].split("\n\n")[0].splitlines()[2:]]
+  assert [row[1:4] + row[5:8] for row in readme] == [[
+      f"{demo[name][system][metric]:.4f}"
+      for name in ("scifact", "nfcorpus")
+      for metric in ("ndcg@10", "recall@100", "mrr@10")
+  ]
+                                                     for system in systems]
