@@ -246,15 +246,21 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
               section.split())
 
 
-def test_the_zero_shot_baseline_rows_are_the_demos_record():
-  """The demo table's BM25, single-vector and raw-token MaxSim rows: nDCG@10, Recall@100 and
-  MRR@10 of `make demo`'s record (the XTR row is the older 128-d model's, not recorded)."""
-  record = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
-  results = record["results"]["scifact"]
+def test_the_demo_table_rows_are_their_records():
+  """The demo table's rows (nDCG@10, Recall@100, MRR@10, ms/query): XTR-MiniLM from the
+  ablations' record (`xtr_k1024`, the recipe), the zero-shot rows from `make demo`'s record."""
+  metrics = ("ndcg@10", "recall@100", "mrr@10")
+  ablation = json.loads((REPO / "docs" / "runs" / "scifact_ablations.json").read_text())
+  xtr = ablation["evaluations"]["xtr_k1024"]["xtr"]
+  (xtr_row,) = _rows("## The demo:", r"\*\*XTR-MiniLM .*")
+  assert [cell.strip("*") for cell in xtr_row[1:]
+         ] == [f"{xtr[m]:.4f}" for m in metrics] + [f"{xtr['latency_ms_per_query']['mean']:.1f}"]
+  results = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
+  results = results["results"]["scifact"]
   rows = _rows("## The demo:", r"(BM25|MiniLM) .*")
-  assert [row[1:4] for row in rows
-         ] == [[f"{results[name][metric]:.4f}"
-                for metric in ("ndcg@10", "recall@100", "mrr@10")]
+  assert [row[1:] for row in rows
+         ] == [[f"{results[name][m]:.4f}"
+                for m in metrics] + [f"{results[name]['ms_per_query']:.1f}"]
                for name in ("bm25", "minilm_single_vector", "minilm_maxsim")]
 
 
@@ -361,3 +367,18 @@ def test_the_generalization_rows_hold_their_records_numbers():
       for metric in ("ndcg@10", "recall@100", "mrr@10")
   ]
                                                      for system in systems]
+
+
+def test_the_aligner_tables_xtr_and_colbert_rows_are_the_ablations_record():
+  """"ALIGNER on SciFact": the XTR and T5-ColBERT twin rows (nDCG@10, Recall@100, MRR@10,
+  ScaNN bytes per token, ms/query) are the ablations' `xtr_k1024` and `colbert` evaluations."""
+  record = json.loads((REPO / "docs" / "runs" / "scifact_ablations.json").read_text())
+  rows = _rows("## ALIGNER on SciFact", r"(XTR-MiniLM|T5-ColBERT twin) .*")
+  want = []
+  for model, scoring in (("xtr_k1024", "xtr"), ("colbert", "colbert")):
+    report = record["evaluations"][model][scoring]
+    want.append([f"{report[m]:.4f}" for m in ("ndcg@10", "recall@100", "mrr@10")] + [
+        f"{report['scann_bytes'] / report['indexed_tokens']:.0f}",
+        f"{report['latency_ms_per_query']['mean']:.1f}"
+    ])
+  assert [row[1:] for row in rows] == want
