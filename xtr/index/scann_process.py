@@ -49,7 +49,9 @@ class Searcher:
     self._loaded = False
     self._stderr = tempfile.TemporaryFile()  # A file: the helper can never block on it.
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    # Where this process imported xtr from, after the user's own path (which may hold other
+    # packages that must come first, as they do here).
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), package_root) if p)
     self._process = subprocess.Popen([sys.executable, "-c", _HELPER, scann_dir, *sorted(names)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, env={
