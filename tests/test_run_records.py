@@ -382,3 +382,18 @@ def test_the_aligner_tables_xtr_and_colbert_rows_are_the_ablations_record():
         f"{report['latency_ms_per_query']['mean']:.1f}"
     ])
   assert [row[1:] for row in rows] == want
+
+
+def test_the_relu_strategy_row_and_few_shot_result_are_the_adaptation_record():
+  """"Alignment strategies (Table 3 analog)": the relu model's row of strategies and its 8-shot
+  result are the adaptation study's unpruned SciFact entry."""
+  entry = json.loads((REPO / "docs" / "runs" / "aligner_adaptation.json").read_text())
+  entry = entry["scifact/index"]
+  heading = "### Alignment strategies (Table 3 analog)"
+  (row, _) = _rows(heading, r"[*\d.]+")  # relu's, then entropy_lp's
+  assert [cell.strip("*") for cell in row] == [f"{v:.4f}" for v in entry["strategies"].values()]
+  shots = entry["shots"]["8"]
+  section = " ".join((REPO / "docs" / "results.md").read_text().split(heading)[1].split())
+  assert (f"{sum(shots['chosen_counts'].values())} folds of 8 (seed 0): "
+          f"**{shots['adapted']['mean']:.4f} ± {shots['adapted']['std']:.4f}** against "
+          f"{entry['default']['ndcg@10']:.4f} for top-1") in section
