@@ -4,7 +4,8 @@
 # f_XTR at three k_train values (32, 128 and the demo's 1024) and with f_ColBERT; each model
 # exported to a ScaNN token index and evaluated with f_XTR', the three-stage f_ColBERT and exact
 # MaxSim; imputation and k' sweeps on the f_XTR models of k_train 32 and 1024; token-retrieval
-# curves of f_XTR (k_train 32 and 1024) and f_ColBERT.
+# curves of f_XTR (k_train 32 and 1024) and f_ColBERT. Last, the project's first recipe (AdamW
+# 1e-4, random projection, k_train 32), a row of the quality-goal table.
 #
 #   launch/scifact_ablations.sh [OUT_DIR]     (default runs/ablations; ~11 min per model on 2 cores)
 #
@@ -29,6 +30,7 @@ models=(
   "xtr_k1024|xtr_minilm_scifact|objective.Objective.k_train = 1024"
   "colbert|colbert_minilm_scifact|"
   "xtr_k128|xtr_minilm_scifact|objective.Objective.k_train = 128"
+  "first|xtr_minilm_scifact|objective.Objective.k_train = 32;initialization.Initialization.projection_init = 'random';optimizers.warmup_constant.learning_rate = 1e-4"
 )
 
 evaluate() {  # evaluate MODEL NAME FLAGS...
@@ -40,16 +42,17 @@ evaluate() {  # evaluate MODEL NAME FLAGS...
 }
 
 for spec in "${models[@]}"; do
-  IFS='|' read -r model config binding <<< "$spec"
+  IFS='|' read -r model config bindings <<< "$spec"
   gin=(--gin_file=gin/runs/$config.gin --gin_bindings="MODEL_DIR = '$out/$model'")
-  [[ -n $binding ]] && gin+=(--gin_bindings="$binding")
+  IFS=';' read -ra extra <<< "$bindings"
+  for binding in "${extra[@]}"; do gin+=(--gin_bindings="$binding"); done
   $bin/xtr-train "${gin[@]}"
   [[ -f $out/$model/index/manifest.json ]] || $bin/xtr-export "${gin[@]}" \
     --checkpoint=$out/$model --corpus=$data/corpus.jsonl.gz --out=$out/$model/index
   evaluate "$model" xtr --scoring=xtr --k_prime=1000
   evaluate "$model" colbert --scoring=colbert --k_prime=1000
   evaluate "$model" exhaustive --scoring=exhaustive
-  [[ $model == xtr_k128 ]] && continue
+  [[ $model == xtr_k128 || $model == first ]] && continue
   for k_prime in 100 10000; do  # 1000: xtr.json
     evaluate "$model" "k_prime_$k_prime" --scoring=xtr --k_prime=$k_prime
   done

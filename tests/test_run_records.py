@@ -397,3 +397,17 @@ def test_the_relu_strategy_row_and_few_shot_result_are_the_adaptation_record():
   assert (f"{sum(shots['chosen_counts'].values())} folds of 8 (seed 0): "
           f"**{shots['adapted']['mean']:.4f} ± {shots['adapted']['std']:.4f}** against "
           f"{entry['default']['ndcg@10']:.4f} for top-1") in section
+
+
+def test_the_quality_goal_rows_are_their_records():
+  """The quality-goal table: zero-shot MaxSim from `make demo`'s record, every trained recipe's
+  f_XTR' from the ablations' record (the first recipe included)."""
+  evaluations = json.loads((REPO / "docs" / "runs" / "scifact_ablations.json").read_text())
+  evaluations = evaluations["evaluations"]
+  demo = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
+  rows = _rows("## Quality goal", r"(\*\*)?(zero-shot|f_XTR|f_ColBERT).*")
+  want = [demo["results"]["scifact"]["minilm_maxsim"]["ndcg@10"]] + [
+      evaluations[model]["xtr"]["ndcg@10"]
+      for model in ("first", "xtr_k32", "xtr_k128", "xtr_k1024", "colbert")
+  ]
+  assert [row[2].strip("*") for row in rows] == [f"{value:.4f}" for value in want]
