@@ -119,8 +119,9 @@ def start_early(index_path: str) -> None:
   caller verifies them before the first search). Anything else (no index there, a sharded one,
   a manifest or file that the tool's own open will refuse) starts nothing."""
   try:
-    manifest = files.read_json(os.path.join(index_path, files.MANIFEST))
-    files.check_manifest(manifest, index_path)
+    manifest_path = os.path.join(index_path, files.MANIFEST)
+    manifest = files.read_json(manifest_path)
+    files.check_manifest(manifest, manifest_path)
     verify.Verifier(index_path, manifest["files"], "off").check_sizes()
     scann_dir = files.names(manifest)[files.SCANN_DIR]
     names = scann_search.listed_names(manifest["files"], scann_dir)
