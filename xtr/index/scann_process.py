@@ -125,10 +125,10 @@ def start_early(index_path: str) -> None:
     verify.Verifier(index_path, manifest["files"], "off").check_sizes()
     scann_dir = files.names(manifest)[files.SCANN_DIR]
     names = scann_search.listed_names(manifest["files"], scann_dir)
-    searcher = Searcher(os.path.join(index_path, scann_dir), names)
+    scann_path = os.path.join(index_path, scann_dir)
+    _STARTED[(scann_path, frozenset(names))] = Searcher(scann_path, names)
   except (OSError, ValueError):
-    return
-  _STARTED[(os.path.join(index_path, scann_dir), frozenset(names))] = searcher
+    pass  # The tool's own open reports it.
 
 
 def started(scann_dir: str, names: set[str]) -> Searcher:
