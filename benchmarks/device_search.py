@@ -3,7 +3,7 @@
   .venv/bin/python benchmarks/device_search.py CHECKPOINT DATA_DIR OUT_JSON \
       (--index=INDEX_DIR | --gin_file=MODEL_GIN [--gin_bindings=...]) \
       [--dtypes=bfloat16,int8,float32] [--token_blocks=65536] [--recall_targets=none]
-      [--queries=300] [--k_prime=1000] [--copies=1]
+      [--queries=300] [--k_prime=1000] [--copies=1] [--dump=VECTORS_DIR]
 
 The token vectors are those of INDEX_DIR (an index with stored vectors), or, with --gin_file
 (the model of CHECKPOINT, as `xtr-export` takes it), DATA_DIR's corpus encoded here, on the
@@ -20,12 +20,18 @@ N - 1 copies of them, each token moved by Gaussian noise of norm ~`--noise` and 
 (made on the first device, so that 16x SciFact is built in seconds); a copy's documents are new
 documents, so no nDCG is given there. On the accelerator machine it measures the accelerator;
 here, the CPU ("device" then means this host's cores).
+
+`--dump=VECTORS_DIR` (at 1x) also writes the tokens and the queries in
+benchmarks/dump_vectors.py's layout, float32, for the peers to search the same vectors on the same
+device (benchmarks/peers/device.py).
 """
 import argparse
 import itertools
 import json
+import os
 import time
 
+import dump_vectors  # benchmarks/, beside this script.
 import gin
 import jax
 import jax.numpy as jnp
@@ -80,6 +86,18 @@ def _copied(tokens, num_docs: int, copies: int, noise: float):
   ]
   return (made, np.concatenate([docs + c * num_docs for c in range(copies)]),
           np.tile(positions, copies))
+
+
+def _dump(out_dir: str, tokens, doc_ids: list[str], query_ids: list[str], q: np.ndarray,
+          q_mask: np.ndarray, source: dict) -> None:
+  """Writes the tokens (chunks, docs [T] in order, positions) and the queries [Q, n, D] in
+  benchmarks/dump_vectors.py's layout, the vectors as float32."""
+  chunks, docs, _ = tokens
+  os.makedirs(out_dir, exist_ok=True)
+  np.save(os.path.join(out_dir, "doc_vectors.npy"),
+          np.concatenate([np.asarray(c, np.float32) for c in chunks]))
+  dump_vectors.write_rest(out_dir, np.bincount(docs, minlength=len(doc_ids)), doc_ids, q, q_mask,
+                          query_ids, source | {"dtype": "float32"})
 
 
 def _padded(q: np.ndarray, q_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,12 +155,17 @@ def main() -> None:
   parser.add_argument("--k_prime", type=int, default=1000)
   parser.add_argument("--copies", type=int, default=1)
   parser.add_argument("--noise", type=float, default=0.3)
+  parser.add_argument("--dump", help="Also write the 1x vectors and queries here (for the peers).")
   args = parser.parse_args()
+  if args.dump and args.copies != 1:
+    parser.error(f"--dump={args.dump}: the vectors are dumped at 1x only (--copies={args.copies})")
   data = beir_eval.load_beir(args.data_dir, "test")
   encoder, tokens, doc_ids, encode_s = _source(args, data)
   query_ids, texts = data.query_ids[:args.queries], data.queries[:args.queries]
   q, q_mask, _ = encoder.encode_queries(texts)
   sample = np.concatenate([v[m] for v, m in zip(q[:30], q_mask[:30])])
+  if args.dump:
+    _dump(args.dump, tokens, doc_ids, query_ids, q, q_mask, {"made_by": vars(args)})
   tokens = _copied(tokens, len(doc_ids), args.copies, args.noise)
   exact = device.DeviceTokens(*tokens, device.DeviceConfig(dtype="float32"))
   exact_scores, docs, positions = map(np.asarray, exact.search(sample, args.k_prime))

@@ -24,6 +24,18 @@ from xtr.evaluation import beir_eval
 from xtr.retrieval import searcher
 
 
+def write_rest(out_dir: str, doc_lengths: np.ndarray, doc_ids: list[str], q: np.ndarray,
+               q_mask: np.ndarray, query_ids: list[str], source: dict) -> None:
+  """Writes OUT_DIR's files but doc_vectors.npy, which each caller writes its own way."""
+  np.save(os.path.join(out_dir, "doc_lengths.npy"), np.asarray(doc_lengths, np.int64))
+  np.save(os.path.join(out_dir, "query_vectors.npy"), q.astype(np.float32))
+  np.save(os.path.join(out_dir, "query_mask.npy"), q_mask.astype(bool))
+  for name, value in (("doc_ids", list(doc_ids)), ("query_ids", list(query_ids)), ("source",
+                                                                                   source)):
+    with open(os.path.join(out_dir, name + ".json"), "w", encoding="utf-8") as f:
+      json.dump(value, f)
+
+
 def main(index_dir: str, checkpoint: str, data_dir: str, out_dir: str) -> None:
   encoder, token_index = searcher.open_for_search(index_dir, checkpoint)
   data = beir_eval.load_beir(data_dir, "test")
@@ -37,20 +49,15 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out_dir: str) -> None:
       vectors[start:start + len(doc)] = doc  # float32 copies of the stored values: exact.
       start += len(doc)
   vectors.flush()
-  np.save(os.path.join(out_dir, "doc_lengths.npy"), token_index.doc_lengths.astype(np.int64))
   q, q_mask, _ = encoder.encode_queries(data.queries)
-  np.save(os.path.join(out_dir, "query_vectors.npy"), q.astype(np.float32))
-  np.save(os.path.join(out_dir, "query_mask.npy"), q_mask.astype(bool))
-  for name, value in (("doc_ids", token_index.doc_ids), ("query_ids", list(data.query_ids)),
-                      ("source", {
-                          "index": index_dir,
-                          "checkpoint": checkpoint,
-                          "data_dir": data_dir,
-                          "dtype": dtype,
-                          "scann": token_index.manifest["scann"]
-                      })):
-    with open(os.path.join(out_dir, name + ".json"), "w", encoding="utf-8") as f:
-      json.dump(value, f)
+  write_rest(
+      out_dir, token_index.doc_lengths, token_index.doc_ids, q, q_mask, data.query_ids, {
+          "index": index_dir,
+          "checkpoint": checkpoint,
+          "data_dir": data_dir,
+          "dtype": dtype,
+          "scann": token_index.manifest["scann"]
+      })
   print(f"{out_dir}: {token_index.num_docs} docs, {start} tokens ({dtype}), {len(q)} queries of "
         f"{int(q_mask.sum(1).mean())} tokens on average.")
 

@@ -188,6 +188,57 @@ def test_the_h200_device_search_table_holds_its_records_numbers():
                page="performance.md") == want
 
 
+PEER_NAMES = {"warp": "WARP", "fast_plaid": "fast-plaid"}
+
+
+def test_the_h200_wider_bins_and_peers_tables_hold_their_records_numbers():
+  """docs/performance.md's 16x rows with blocks of 1,048,576 tokens (bin widths and the formula's
+  recall from `device.bin_width`) and its table of xtr, WARP and fast-plaid on one GPU are rows of
+  docs/runs/device_peers_h200.json."""
+  runs = json.loads((REPO / "docs" / "runs" / "device_peers_h200.json").read_text())["runs"]
+  text = (REPO / "docs" / "performance.md").read_text()
+  wide = [[c.strip()
+           for c in line.split("|")[1:-1]]
+          for line in text.splitlines()
+          if line.startswith("  | 19.9M")]
+  want = []
+  for row in runs["run1"]["xtr_16x"]["rows"]:
+    width = device.bin_width(row["tokens"], 1000, row["token_block"], row["recall_target"])
+    assert row["bin_width"] == width
+    formula = 1 - 1000 * width / (2 * row["tokens"])
+    want.append([
+        "19.9M (16×)", "bfloat16", f"{row['recall_target']} ({width:,})",
+        f"{row['recall_exact_top_k']:.4f} ({formula:.4f})", f"{row['p50_ms_one_query']:.3g}",
+        f"{row['queries_per_s_batched']:.0f}"
+    ])
+  assert wide == want
+  want = []
+  for run in ("run1", "run2"):
+    for row in runs[run]["xtr_1x"]["rows"]:
+      exact = row["recall_target"] is None
+      per_token = f"{row['resident_mb'] * 2**20 / row['tokens']:.0f}"
+      want.append([
+          "xtr `--searcher=device`, exact" if exact else
+          f"xtr, `recall_target` {row['recall_target']}", run[-1], f"{row['ndcg@10']:.4f}", "—",
+          f"{row['p50_ms_one_query']:.2f}", f"{row['queries_per_s_batched']:,.0f}",
+          f"— ({row['load_s']:.1f} s to load)" if exact else "—",
+          per_token + " (on the GPU)" if exact else per_token, f"{row['resident_mb']:,.0f} MiB"
+      ])
+    for row in runs[run]["peers_1x"]["rows"]:
+      assert row["rounds"] == 3 and len(row["ms_one_query"]) == 900
+      first_warp = run == "run1" and row["engine"] == "warp"
+      per_token = f"{row['bytes_per_token']:.0f}"
+      want.append([
+          PEER_NAMES[row["engine"]], run[-1], f"{row['ndcg@10']:.4f}", f"{row['recall@100']:.4f}",
+          f"{row['p50_ms_one_query']:.3g}", f"{row['queries_per_s_batched']:.3g}",
+          f"{row['build_s']:.1f}", per_token + " (on disk)" if first_warp else per_token,
+          f"{row['resident_mb']:.0f} MiB"
+      ])
+  got = _rows("### WARP and fast-plaid on the same GPU", r"(xtr|WARP|fast-plaid).*",
+              "performance.md")
+  assert sorted(got) == sorted(want)
+
+
 def test_the_alignment_tables_hold_their_records_numbers():
   """The alignment analysis's tables, rebuilt from the record by launch/alignment_tables.py, stand
   in docs/results.md as they are."""
