@@ -213,14 +213,17 @@ def test_the_h200_wider_bins_and_peers_tables_hold_their_records_numbers():
     ])
   assert wide == want
   want = []
-  for run in ("run1", "run2"):
+  for run in ("run1", "run2", "run3"):
     for row in runs[run]["xtr_1x"]["rows"]:
       exact = row["recall_target"] is None
       per_token = f"{row['resident_mb'] * 2**20 / row['tokens']:.0f}"
+      name = ("xtr `--searcher=device`, exact"
+              if exact else f"xtr, `recall_target` {row['recall_target']}")
+      if row["token_block"] != 65536:
+        name += f", blocks of {row['token_block']:,}"
       want.append([
-          "xtr `--searcher=device`, exact" if exact else
-          f"xtr, `recall_target` {row['recall_target']}", run[-1], f"{row['ndcg@10']:.4f}", "—",
-          f"{row['p50_ms_one_query']:.2f}", f"{row['queries_per_s_batched']:,.0f}",
+          name, run[-1], f"{row['ndcg@10']:.4f}", "—", f"{row['p50_ms_one_query']:.2f}",
+          f"{row['queries_per_s_batched']:,.0f}",
           f"— ({row['load_s']:.1f} s to load)" if exact else "—",
           per_token + " (on the GPU)" if exact else per_token, f"{row['resident_mb']:,.0f} MiB"
       ])
