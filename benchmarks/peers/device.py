@@ -9,9 +9,9 @@ Runs under a torch 2.11 with CUDA (the lent GPU machine's python3, or .venv-peer
 two libraries directly with the settings PyLate 1.6 gives them by default (`indexes.WARP`,
 `indexes.PLAID(use_fast=True)`; PyLate only wraps them, and its own requirements are not needed
 here), as benchmarks/engines.py runs them on the CPU: WARP's residual codec trained on 40,000
-tokens (engines.py says why). Each engine builds its index on --device
-(timed), then answers one warm-up query; then the rounds run interleaved, engine after engine:
-every query alone, then the queries 64 per call (the call's ms / 64 per query). The first
+tokens (engines.py says why). Each engine builds its index on --device (timed), then answers one
+warm-up query; then the rounds run interleaved, engine after engine: every query alone, then the
+queries 64 per call (the call's ms / 64 per query). The first
 round's top 100 give nDCG@10 and Recall@100 (`xtr.evaluation.beir_eval.evaluate`, pytrec_eval,
 as engines.py). Device memory: torch's allocator's peak over the build, and what the index
 holds after it.
@@ -104,7 +104,7 @@ def _build(name: str, docs: list[torch.Tensor], query: torch.Tensor, folder: str
   try:
     search = ENGINES[name](docs, folder, device)
   except Exception as error:  # pylint: disable=broad-except
-    return {"engine": name, "error": worker._reason(error)}, None  # pylint: disable=protected-access
+    return {"engine": name, "error": worker.reason(error)}, None
   build_s = time.perf_counter() - start
   after, peak = _memory_mb(device)
   search([query])
@@ -114,7 +114,7 @@ def _build(name: str, docs: list[torch.Tensor], query: torch.Tensor, folder: str
       "build_s": build_s,
       "build_peak_mb": peak,
       "resident_mb": None if after is None else after - before,
-      "bytes_per_token": worker._dir_bytes(folder) / tokens,  # pylint: disable=protected-access
+      "bytes_per_token": worker.dir_bytes(folder) / tokens,
       "ms_one_query": [],
       "ms_batched": []
   }, search
@@ -129,11 +129,13 @@ def main() -> None:
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--cache", default="/tmp/peer_indexes")
   args = parser.parse_args()
+  unknown = set(args.engines.split(",")) - ENGINES.keys()
+  if unknown:
+    parser.error(f"--engines={args.engines}: unknown {sorted(unknown)} (known: {sorted(ENGINES)})")
   duckdb = _duckdb()
   data = worker.Data(args.vectors, 0)
-  query_ids = worker._read_json(os.path.join(args.vectors, "query_ids.json"))  # pylint: disable=protected-access
   qrels = beir_eval.load_beir(args.data_dir, "test").qrels
-  qrels = {q: qrels[q] for q in query_ids}
+  qrels = {q: qrels[q] for q in data.query_ids}
   queries = [torch.from_numpy(q) for q in data.queries]
   docs = [torch.from_numpy(np.array(d)) for d in data.docs()]
   tokens = int(data.doc_lengths.sum())
@@ -151,7 +153,11 @@ def main() -> None:
         ms, found = _round(search, queries, batch, args.device)
         row[key] += ms
         if r == 0 and batch == 1:
-          run = {q: {data.doc_ids[d]: float(s) for d, s in top} for q, top in zip(query_ids, found)}
+          run = {
+              q: {
+                  data.doc_ids[d]: float(s) for d, s in top
+              } for q, top in zip(data.query_ids, found)
+          }
           metrics = beir_eval.evaluate(qrels, run, mrr_at=())
           row |= {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"]}
       row |= {

@@ -42,14 +42,15 @@ class Data:
     self.path = path
     self.doc_vectors = np.load(os.path.join(path, "doc_vectors.npy"), mmap_mode="r")
     self.doc_lengths = np.load(os.path.join(path, "doc_lengths.npy"))
-    self.doc_ids = _read_json(os.path.join(path, "doc_ids.json"))
+    self.doc_ids = read_json(os.path.join(path, "doc_ids.json"))
     q = np.load(os.path.join(path, "query_vectors.npy"))
     mask = np.load(os.path.join(path, "query_mask.npy"))
+    self.query_ids = read_json(os.path.join(path, "query_ids.json"))
     if queries:
-      q, mask = q[:queries], mask[:queries]
+      q, mask, self.query_ids = q[:queries], mask[:queries], self.query_ids[:queries]
     self.query_padded, self.query_mask = q, mask
     self.queries = [v[m] for v, m in zip(q, mask)]
-    self.source = _read_json(os.path.join(path, "source.json"))
+    self.source = read_json(os.path.join(path, "source.json"))
 
   def docs(self) -> "Docs":
     """Each doc's token vectors [len_i, D] float32, as a sequence."""
@@ -73,12 +74,12 @@ class Docs(collections.abc.Sequence):
     return np.asarray(self.vectors[self.offsets[i]:self.offsets[i + 1]], np.float32)
 
 
-def _read_json(path: str):
+def read_json(path: str):
   with open(path, encoding="utf-8") as f:
     return json.load(f)
 
 
-def _dir_bytes(path: str) -> int:
+def dir_bytes(path: str) -> int:
   return sum(
       os.path.getsize(os.path.join(root, name))
       for root, _, names in os.walk(path)
@@ -91,7 +92,7 @@ def _cached_build(folder: str, threads: int, build) -> dict:
   worker, so that its peak RSS is that of loading and searching only)."""
   record_path = folder + ".build.json"
   if os.path.exists(record_path):
-    return _read_json(record_path)
+    return read_json(record_path)
   os.makedirs(os.path.dirname(folder), exist_ok=True)
   start, cpu = time.perf_counter(), _cpu_s()
   build()
@@ -246,12 +247,12 @@ class PylateXtr(_Pylate):
       searcher.search_batched_parallel = lambda queries, final_num_neighbors: (
           searcher.search_batched(queries, final_num_neighbors))
     self.info |= {
-        "bytes": _dir_bytes(folder),
+        "bytes": dir_bytes(folder),
         "settings": {
             "index": index,
             "k_token": k_token or retrieve.XTR.default_k_token,
             "batch": batch,
-            "built": _read_json(os.path.join(folder, "metadata.json"))
+            "built": read_json(os.path.join(folder, "metadata.json"))
         }
     }
     self.retriever = retrieve.XTR(index=self.index)
@@ -292,7 +293,7 @@ class PylateIndex(_Pylate):
         folder, threads, lambda: make(True).add_documents(documents_ids=data.doc_ids,
                                                           documents_embeddings=list(data.docs())))
     self.index = make(False)
-    self.info |= {"bytes": _dir_bytes(folder), "settings": {"index": index, **settings}}
+    self.info |= {"bytes": dir_bytes(folder), "settings": {"index": index, **settings}}
     self.queries = data.queries
     self.run(self.queries[:1])
 
@@ -360,7 +361,7 @@ def _cpu_s() -> float:
   return usage.ru_utime + usage.ru_stime
 
 
-def _reason(error: BaseException) -> str:
+def reason(error: BaseException) -> str:
   """The error and the errors it was raised from or during, innermost last, one per line."""
   lines = []
   while error is not None:
@@ -384,7 +385,7 @@ def main(kind: str, vectors: str, cache: str, threads: str, queries: str, settin
     engine = KINDS[kind](data, cache, int(threads), **json.loads(settings))
   except Exception as error:  # pylint: disable=broad-except
     traceback.print_exc()
-    reply({"error": "\n".join([_reason(error)] + NOTES)})
+    reply({"error": "\n".join([reason(error)] + NOTES)})
     return
   num_tokens = int(data.doc_lengths.sum())
   reply({**engine.info, "bytes_per_token": engine.info["bytes"] / num_tokens})
