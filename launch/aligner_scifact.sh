@@ -11,8 +11,8 @@
 #                                            per evaluation)
 #
 # Every step is skipped when its output exists, so a killed run resumes where it stopped.
-# Results: OUT_DIR/<model>/<evaluation>.json, OUT_DIR/tables.md, OUT_DIR/*.png
-# (launch/aligner_tables.py).
+# Results: OUT_DIR/<model>/<evaluation>.json, OUT_DIR/<model>/example.{md,html,json} (Table 4's
+# example and its run record), OUT_DIR/tables.md, OUT_DIR/*.png (launch/aligner_tables.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s setup
@@ -79,11 +79,12 @@ for beta_q in 1 0.5 0.3; do
   done
   evaluate $model index "top1_q$beta_q" --prune_query=$beta_q
 done
-for model in entropy_lp relu; do
-  for format in md html; do
-    [[ -f $out/$model/example.$format ]] || $bin/xtr-show-alignment --data_dir=$data --split=test \
-      --index=$out/$model/index --checkpoint=$out/$model --query_id=148 \
-      --out=$out/$model/example.$format
-  done
+for model in entropy_lp relu; do  # Table 4's example; its record: example.json (the Markdown).
+  [[ -f $out/$model/example.md ]] || $bin/xtr-show-alignment --data_dir=$data --split=test \
+    --index=$out/$model/index --checkpoint=$out/$model --query_id=148 \
+    --out=$out/$model/example.md --record=$out/$model/example.json
+  [[ -f $out/$model/example.html ]] || $bin/xtr-show-alignment --data_dir=$data --split=test \
+    --index=$out/$model/index --checkpoint=$out/$model --query_id=148 \
+    --out=$out/$model/example.html
 done
 $bin/python launch/aligner_tables.py "$out" | tee "$out/tables.md"

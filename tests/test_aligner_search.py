@@ -336,17 +336,23 @@ def test_show_alignment_renders_the_salient_tokens_and_their_alignments(
   data = _corpus(scifact_slice)
   query_id = data.query_ids[0]
   doc_id = next(d for d, grade in data.qrels[query_id].items() if grade > 0)
-  out = tmp_path / "example.html"
+  out, record = tmp_path / "example.html", tmp_path / "example.json"
   command = [
       sys.executable, "-m", "xtr.cli.show_alignment", f"--data_dir={scifact_slice}",
       f"--index={full.path}", f"--checkpoint={os.path.dirname(full.path)}/model",
       f"--query_id={query_id}", f"--out={out}", "--num_aligned=2", "--beta_d=0.25"
   ]
-  done = subprocess.run(command, capture_output=True, text=True, cwd=retrieval_setup.REPO, env={
-      **os.environ, "XLA_FLAGS": ""
-  })
+  done = subprocess.run(command + [f"--record={record}"], capture_output=True, text=True,
+                        cwd=retrieval_setup.REPO, env={
+                            **os.environ, "XLA_FLAGS": ""
+                        })
   assert done.returncode == 0, done.stderr[-2000:]
   page = out.read_text()
+  recorded = json.loads(record.read_text())
+  assert recorded["results"] == {"query_id": query_id, "doc_id": doc_id, "rendering": page}
+  assert f"--query_id={query_id}" in recorded["command"]
+  assert {"git_commit", "gin_config", "date"} <= recorded.keys()
+  assert len(recorded["data_sha256"]) == 3
   q, q_mask, u_q = (a[0] for a in encoder.encode_queries([data.queries[0]]))
   doc = full.doc_ids.index(doc_id)
   d, u_d = full.doc_vectors([doc])[0], full.doc_saliences([doc])[0]

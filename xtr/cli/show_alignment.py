@@ -2,13 +2,15 @@
 rendered as the paper's Table 4 (HTML, or Markdown for a results page).
 
   xtr-show-alignment --data_dir=data/scifact --split=test --index=INDEX_DIR --checkpoint=MODEL \
-    --query_id=1 [--doc_id=DOC] --out=example.html   (or example.md)
+    --query_id=1 [--doc_id=DOC] --out=example.html   (or example.md) [--record=example.json]
 
 Highlights the query tokens that query pruning keeps (top --beta_q by salience u^q) and the
 document tokens that index pruning keeps (top --beta_d by u^d), and marks the --num_aligned most
 salient query tokens with the document token each one aligns to (top-1 by S_ij = q_i·d_j), one
 colour and number per pair; a table lists each pair's S_ij, u^q_i and u^d_j. The document
 defaults to the query's most relevant judged document. Text from the corpus is escaped.
+--record also writes the run record of the rendering (`xtr.evaluation.run_record`: the rendering
+with its command, commit, gin config, data sha256 and date), as docs/runs/ keeps it.
 """
 import os
 from typing import Sequence
@@ -19,6 +21,7 @@ from xtr import cli
 from xtr import io
 from xtr.analysis import render
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.models import salience
 from xtr.text import tokenization
 
@@ -34,6 +37,7 @@ _NUM_ALIGNED = cli.define_count(
     "num_aligned", 3, "Most salient query tokens whose top-1 "
     "aligned document token is marked.")
 _OUT = flags.DEFINE_string("out", None, "The rendering to write: .html or .md.")
+_RECORD = flags.DEFINE_string("record", None, "Also write the rendering's run record (JSON) here.")
 
 
 def _gold_doc(data: beir_eval.BeirData, query_id: str) -> str:
@@ -50,6 +54,7 @@ def main(argv: Sequence[str]) -> None:
   if os.path.splitext(_OUT.value)[1] not in (".html", ".md"):
     raise flags.ValidationError(f"--out={_OUT.value}: write .html or .md.")
   cli.check_output_file("out", _OUT.value)
+  cli.check_output_file("record", _RECORD.value)
   data = _SPLIT_FLAGS.load()
   query_text = dict(zip(data.query_ids, data.queries)).get(_QUERY_ID.value)
   if query_text is None:
@@ -96,8 +101,17 @@ def main(argv: Sequence[str]) -> None:
       "kept": salience.kept(u_d, _BETA_D.value),
       "beta": _BETA_D.value
   }
+  rendering = render.render(query, doc, pairs, s, markdown=_OUT.value.endswith(".md"))
   with io.atomic_open(_OUT.value) as f:
-    f.write(render.render(query, doc, pairs, s, markdown=_OUT.value.endswith(".md")))
+    f.write(rendering)
+  if _RECORD.value:
+    io.write_results(
+        _RECORD.value,
+        run_record.record({
+            "query_id": _QUERY_ID.value,
+            "doc_id": doc_id,
+            "rendering": rendering
+        }, [_SPLIT_FLAGS.data_dir.value], _SPLIT_FLAGS.split.value))
   print(f"Wrote {_OUT.value}: query {_QUERY_ID.value}, document {doc_id}, pairs " +
         ", ".join(f"{query['pieces'][i]}→{doc['pieces'][j]}" for i, j in pairs))
 
