@@ -34,6 +34,8 @@ $PIP "$TORCH" "sentence-transformers==5.3.0" "transformers>=4.41.0,<=5.3.0" \
     "ninja==1.11.1.4" "fastkmeans==0.5.0" "scann==1.4.2"
 $PIP --no-deps "fast-plaid==1.4.6.2110" "xtr-warp-rs==2.1.0.2110"
 $PIP "usearch>=2.21.0" "duckdb>=1.4.0" "joblib>=1.5.1" "pyarrow>=14"  # Theirs, less maturin.
+# benchmarks/peers/device.py scores its rankings with xtr.evaluation (PYTHONPATH=.): its imports.
+$PIP "gin-config==0.5.0" "pytrec-eval-terrier==0.5.11" "absl-py==2.5.1"
 command -v "${CXX:-g++}" >/dev/null || echo "warning: no C++ compiler: PyLate's Stanford PLAID" \
     "backend (plaid_stanford) cannot build its torch extensions" >&2
 "$VENV/bin/python" -c "import torch, pylate, scann; print('peers:', torch.__version__, pylate.__version__)"
