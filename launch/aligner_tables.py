@@ -1,7 +1,8 @@
 """Tables (Markdown, on stdout) and figures of launch/aligner_scifact.sh's results.
 
   .venv/bin/python launch/aligner_tables.py runs/aligner [FIGURES_DIR] \
-      [--nfcorpus_record=docs/runs/aligner_nfcorpus.json]
+      [--nfcorpus_record=docs/runs/aligner_nfcorpus.json] \
+      [--scifact_record=docs/runs/aligner_scifact.json]
 
 Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir), OUT_DIR/<model>/adapt.json
 (xtr-adapt-alignment) and OUT_DIR/relu/nfcorpus/ (launch/aligner_nfcorpus.sh); writes FIGURES_DIR
@@ -9,7 +10,9 @@ Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir), OUT_DIR/<model>/adapt.j
 analog: nDCG@10 against β_d, one line per β_q) and aligner_salience.png (Figure 6 analog:
 nDCG@10 against β_d, one line per salience variant). Pruning cells not run yet show as "—";
 variant rows appear once measured. --nfcorpus_record writes the run record of the NFCorpus rows
-(`nfcorpus_record`; tests/test_run_records.py rebuilds them from it with `row`).
+(`nfcorpus_record`; tests/test_run_records.py rebuilds them from it with `row`), --scifact_record
+that of docs/results.md's first ALIGNER table (`scifact_record`: the relu and entropy_lp models,
+top-1, unpruned and at β_d = 20 %).
 """
 import argparse
 import json
@@ -43,18 +46,33 @@ def row(label: str, result: dict | None) -> str:
   )
 
 
-def nfcorpus_record(out: pathlib.Path) -> dict:
-  """The NFCorpus rows' results: xtr-eval-beir's top-1 evaluations (unpruned, β_d = 20 %) and
-  xtr-adapt-alignment's report, each with its provenance, per-query scores dropped."""
-  nfcorpus = out / "relu" / "nfcorpus"
-  reports = {f"top1_{index}": nfcorpus / f"top1_{index}.json" for index in ("index", "index_d0.2")}
+def reports(paths: dict[str, pathlib.Path]) -> dict:
+  """name -> the report at its path (each with its provenance), per-query scores dropped."""
   return {
       name: {
           k: v for k, v in load(path).items() if k != "per_query"
-      } for name, path in {
-          **reports, "adapt": nfcorpus / "adapt.json"
-      }.items()
+      } for name, path in paths.items()
   }
+
+
+def nfcorpus_record(out: pathlib.Path) -> dict:
+  """The NFCorpus rows' results: xtr-eval-beir's top-1 evaluations (unpruned, β_d = 20 %) and
+  xtr-adapt-alignment's report."""
+  nfcorpus = out / "relu" / "nfcorpus"
+  return reports({
+      "top1_index": nfcorpus / "top1_index.json",
+      "top1_index_d0.2": nfcorpus / "top1_index_d0.2.json",
+      "adapt": nfcorpus / "adapt.json"
+  })
+
+
+def scifact_record(out: pathlib.Path) -> dict:
+  """The first SciFact table's results: xtr-eval-beir's top-1 evaluations of the relu and
+  entropy_lp models, unpruned and at β_d = 20 % ("relu/top1_q1", "relu/top1_d0.2_q1", ...)."""
+  return reports({
+      f"{model}/{name}": out / model / f"{name}.json" for model in ("relu", "entropy_lp")
+      for name in ("top1_q1", "top1_d0.2_q1")
+  })
 
 
 def ndcg(result: dict | None) -> float:
@@ -158,7 +176,10 @@ if __name__ == "__main__":
   parser.add_argument("out", type=pathlib.Path)
   parser.add_argument("figures", type=pathlib.Path, nargs="?")
   parser.add_argument("--nfcorpus_record", help="Write the NFCorpus rows' run record here.")
+  parser.add_argument("--scifact_record", help="Write the first SciFact table's run record here.")
   args = parser.parse_args()
   main(args.out, args.figures or args.out)
   if args.nfcorpus_record:
     io.write_results(args.nfcorpus_record, nfcorpus_record(args.out))
+  if args.scifact_record:
+    io.write_results(args.scifact_record, scifact_record(args.out))

@@ -300,6 +300,29 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
               section.split())
 
 
+def test_the_first_aligner_table_and_table_4_are_their_records():
+  """The ALIGNER rows of docs/results.md's first SciFact table (nDCG@10, Recall@100, MRR@10,
+  ms/query) from launch/aligner_tables.py's record, and Table 4's two examples: each model's
+  rendering, verbatim, from its xtr-show-alignment --record."""
+  record = json.loads((REPO / "docs" / "runs" / "aligner_scifact.json").read_text())
+  rows = _rows("## ALIGNER on SciFact (test split)", r"\**ALIGNER-MiniLM .*")
+  want = []
+  for model in ("relu", "entropy_lp"):
+    for name in ("top1_q1", "top1_d0.2_q1"):
+      result = record[f"{model}/{name}"]
+      assert result["prune_doc"] == (0.2 if "d0.2" in name else None)
+      assert result["checkpoint"] == f"runs/aligner/{model}" and result["k_prime"] == 1000
+      want.append([f"{result[m]:.4f}" for m in ("ndcg@10", "recall@100", "mrr@10")] +
+                  [f"{result['latency_ms_per_query']['mean']:.1f}"])
+  assert [[cell.strip("*") for cell in row[1:4]] + [row[5].split()[0]] for row in rows] == want
+  text = (REPO / "docs" / "results.md").read_text()
+  for model in ("entropy_lp", "relu"):
+    example = json.loads((REPO / "docs" / "runs" / f"aligner_example_{model}.json").read_text())
+    assert example["results"]["query_id"] == "148"
+    assert f"--checkpoint=runs/aligner/{model} " in example["command"] + " "
+    assert example["results"]["rendering"].strip() in text
+
+
 def test_the_demo_table_rows_are_their_records():
   """The demo table's rows (nDCG@10, Recall@100, MRR@10, ms/query): XTR-MiniLM from the
   ablations' record (`xtr_k1024`, the recipe), the zero-shot rows from `make demo`'s record."""
