@@ -300,10 +300,12 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
               section.split())
 
 
-def test_the_first_aligner_table_and_table_4_are_their_records():
+def test_the_first_aligner_tables_and_table_4_are_their_records():
   """The ALIGNER rows of docs/results.md's first SciFact table (nDCG@10, Recall@100, MRR@10,
-  ms/query) from launch/aligner_tables.py's record, and Table 4's two examples: each model's
-  rendering, verbatim, from its xtr-show-alignment --record."""
+  ms/query), the pruning table, the salience-variant table's relu and entropy_lp rows and the
+  k' = 100 table (launch/aligner_tables.py's `row`) from the record that script writes, and
+  Table 4's two examples: each model's rendering, verbatim, from its xtr-show-alignment
+  --record."""
   record = json.loads((REPO / "docs" / "runs" / "aligner_scifact.json").read_text())
   rows = _rows("## ALIGNER on SciFact (test split)", r"\**ALIGNER-MiniLM .*")
   want = []
@@ -315,6 +317,29 @@ def test_the_first_aligner_table_and_table_4_are_their_records():
       want.append([f"{result[m]:.4f}" for m in ("ndcg@10", "recall@100", "mrr@10")] +
                   [f"{result['latency_ms_per_query']['mean']:.1f}"])
   assert [[cell.strip("*") for cell in row[1:4]] + [row[5].split()[0]] for row in rows] == want
+  tables = _launch_script("aligner_tables")
+  assert [
+      "| " + " | ".join(row) + " |"
+      for row in _rows("### Pruning (Figure 7 analog)", r"\d+ %, \d+ %")
+  ] == [
+      tables.row(f"{label}, {float(beta_q) * 100:.0f} %", record[f"entropy_lp/{prefix}_q{beta_q}"])
+      for label, _, prefix in tables.BETA_D
+      for beta_q in tables.BETA_Q
+  ]
+  variants = _rows("### Salience variants (Figure 6 analog)", r"(entropy_lp|relu), .*")
+  assert ["| " + " | ".join(row) + " |" for row in variants[:9]] == [
+      tables.row(f"{model}, {label}", record[f"{model}/{prefix}_q1"])
+      for model in ("entropy_lp", "relu")
+      for label, _, prefix in tables.BETA_D
+      if model == "entropy_lp" or prefix != "top1_d0.4"
+  ]
+  assert len(variants) == 17
+  assert ["| " + " | ".join(row) + " |" for row in variants[9:]] == [
+      tables.row(f"{model}, {label}", record[f"{model}/{prefix}_q1_k100"])
+      for model in ("entropy_lp", "relu")
+      for label, _, prefix in tables.BETA_D
+      if prefix != "top1_d0.4"
+  ]
   text = (REPO / "docs" / "results.md").read_text()
   for model in ("entropy_lp", "relu"):
     example = json.loads((REPO / "docs" / "runs" / f"aligner_example_{model}.json").read_text())
