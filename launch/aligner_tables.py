@@ -11,8 +11,8 @@ analog: nDCG@10 against β_d, one line per β_q) and aligner_salience.png (Figur
 nDCG@10 against β_d, one line per salience variant). Pruning cells not run yet show as "—";
 variant rows appear once measured. --nfcorpus_record writes the run record of the NFCorpus rows
 (`nfcorpus_record`; tests/test_run_records.py rebuilds them from it with `row`), --scifact_record
-that of docs/results.md's first ALIGNER table, its pruning table, the relu and entropy_lp rows of
-its salience-variant table and its k' = 100 table (`scifact_record`).
+that of docs/results.md's first ALIGNER table, its pruning table, its salience-variant table and
+its k' = 100 table (`scifact_record`).
 """
 import argparse
 import json
@@ -67,12 +67,15 @@ def nfcorpus_record(out: pathlib.Path) -> dict:
 
 
 def scifact_record(out: pathlib.Path) -> dict:
-  """The results of the first SciFact table, the pruning table, the relu and entropy_lp rows of
-  the salience-variant table and the k' = 100 table: xtr-eval-beir's top-1 evaluations of the
-  relu model at β_d = 100, 20, 10 and 5 % ("relu/top1_q1", "relu/top1_d0.2_q1", ...), of the
+  """The results of the first SciFact table, the pruning table, the salience-variant table and
+  the k' = 100 table: xtr-eval-beir's top-1 evaluations of the relu, hard and l1 models at
+  β_d = 100, 20, 10 and 5 % ("relu/top1_q1", "hard/top1_d0.2_q1", ...), of the
   entropy_lp model at every β_d and β_q ("entropy_lp/top1_d0.2_q0.5", ...), and of both at
   k' = 100 ("relu/top1_d0.1_q1_k100", ...)."""
-  names = [f"relu/{prefix}_q1" for _, _, prefix in BETA_D if prefix != "top1_d0.4"]
+  names = [
+      f"{variant}/{prefix}_q1" for variant in ("relu", "hard", "l1") for _, _, prefix in BETA_D
+      if prefix != "top1_d0.4"
+  ]
   names += [f"entropy_lp/{prefix}_q{beta_q}" for _, _, prefix in BETA_D for beta_q in BETA_Q]
   names += [
       f"{model}/{prefix}_q1_k100" for model in ("entropy_lp", "relu") for _, _, prefix in BETA_D

@@ -302,8 +302,7 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
 
 def test_the_first_aligner_tables_and_table_4_are_their_records():
   """The ALIGNER rows of docs/results.md's first SciFact table (nDCG@10, Recall@100, MRR@10,
-  ms/query), the pruning table, the salience-variant table's relu and entropy_lp rows and the
-  k' = 100 table (launch/aligner_tables.py's `row`) from the record that script writes, and
+  ms/query), the pruning table, the salience-variant table and the k' = 100 table (launch/aligner_tables.py's `row`) from the record that script writes, and
   Table 4's two examples: each model's rendering, verbatim, from its xtr-show-alignment
   --record."""
   record = json.loads((REPO / "docs" / "runs" / "aligner_scifact.json").read_text())
@@ -326,15 +325,14 @@ def test_the_first_aligner_tables_and_table_4_are_their_records():
       for label, _, prefix in tables.BETA_D
       for beta_q in tables.BETA_Q
   ]
-  variants = _rows("### Salience variants (Figure 6 analog)", r"(entropy_lp|relu), .*")
-  assert ["| " + " | ".join(row) + " |" for row in variants[:9]] == [
+  variants = _rows("### Salience variants (Figure 6 analog)", r"(entropy_lp|relu|hard|l1), .*")
+  assert ["| " + " | ".join(row) + " |" for row in variants[:17]] == [
       tables.row(f"{model}, {label}", record[f"{model}/{prefix}_q1"])
-      for model in ("entropy_lp", "relu")
+      for model in tables.VARIANTS
       for label, _, prefix in tables.BETA_D
       if model == "entropy_lp" or prefix != "top1_d0.4"
   ]
-  assert len(variants) == 17
-  assert ["| " + " | ".join(row) + " |" for row in variants[9:]] == [
+  assert ["| " + " | ".join(row) + " |" for row in variants[17:]] == [
       tables.row(f"{model}, {label}", record[f"{model}/{prefix}_q1_k100"])
       for model in ("entropy_lp", "relu")
       for label, _, prefix in tables.BETA_D
