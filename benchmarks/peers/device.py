@@ -92,6 +92,13 @@ def _round(search, queries: list[torch.Tensor], batch: int, device: str) -> tupl
   return ms, found
 
 
+def _metrics(data: worker.Data, qrels: dict, found: list) -> dict[str, float]:
+  """nDCG@10 and Recall@100 of each query's [(doc index, score)] top 100 (pytrec_eval)."""
+  run = {q: {data.doc_ids[d]: float(s) for d, s in top} for q, top in zip(data.query_ids, found)}
+  metrics = beir_eval.evaluate(qrels, run, mrr_at=())
+  return {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"]}
+
+
 def _build(name: str, docs: list[torch.Tensor], query: torch.Tensor, folder: str, device: str,
            tokens: int):
   """(engine `name`'s row: build time, memory, bytes/token; its search, warmed up on `query`),
@@ -153,13 +160,7 @@ def main() -> None:
         ms, found = _round(search, queries, batch, args.device)
         row[key] += ms
         if r == 0 and batch == 1:
-          run = {
-              q: {
-                  data.doc_ids[d]: float(s) for d, s in top
-              } for q, top in zip(data.query_ids, found)
-          }
-          metrics = beir_eval.evaluate(qrels, run, mrr_at=())
-          row |= {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"]}
+          row |= _metrics(data, qrels, found)
       row |= {
           "rounds": r + 1,
           "p50_ms_one_query": float(np.median(row["ms_one_query"])),
