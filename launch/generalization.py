@@ -10,16 +10,21 @@
       applied to it (the vectors are L2-normalized after a bias-free projection, so projecting
       the normalized raw vectors gives the model's own). Writes CHECKPOINT/<SET>.json and
       OUT_DIR/raw_384/<SET>.json (no projection).
-  .venv/bin/python launch/generalization.py tables OUT_DIR
-      docs/results.md's tables (Markdown, on stdout) from what has been measured ("—": not yet).
+  .venv/bin/python launch/generalization.py tables OUT_DIR [--record=RECORD.json]
+      docs/results.md's tables (Markdown, on stdout) from what has been measured ("—": not yet);
+      --record writes the run record of every measurement ({"<model>/<SET>": report}, e.g.
+      "zero/pca_128/scifact_test", "scifact_d384/wise_ft_0.7/nfcorpus_dev"), from which
+      tests/test_run_records.py rebuilds the tables with `tables`.
 
-SETs: scifact_dev (the 162 queries of launch/generalization.sh's carved SciFact dev split),
+Each report is the metrics with the run's provenance (xtr.evaluation.run_record). SETs:
+scifact_dev (the 162 queries of launch/generalization.sh's carved SciFact dev split),
 nfcorpus_dev, scifact_test, nfcorpus_test. Documents are encoded as xtr-export does (256 tokens).
 """
 import json
 import os
 import sys
 
+from absl import flags
 import gin
 import jax
 import numpy as np
@@ -27,6 +32,7 @@ import numpy as np
 from xtr import cli
 from xtr import io
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.models import encoding
 from xtr.retrieval import ranker
 
@@ -36,6 +42,40 @@ SETS = {
     "scifact_test": ("data/scifact", "test"),
     "nfcorpus_dev": (os.path.join(SHARED, "nfcorpus"), "dev"),
     "nfcorpus_test": (os.path.join(SHARED, "nfcorpus"), "test")
+}
+
+ZERO_SETS = {
+    name: name for name in ("scifact_test", "nfcorpus_test", "scifact_dev", "nfcorpus_dev")
+}
+DEV_SETS = {"SciFact dev": "scifact_dev", "NFCorpus dev": "nfcorpus_dev"}
+ZERO = {
+    "no projection (384)": "zero/raw_384"
+} | {
+    f"{dim}, {label}": f"zero/{init}_{dim}" for dim in (128, 256)
+    for init, label in (("pca", "PCA, SciFact batches"), ("pca_mixed", "PCA, SciFact + NFCorpus"),
+                        ("random", "random"))
+}
+BACKBONE = {"untuned backbone (384-d, 0 steps), for reference": "zero/raw_384"}
+TRAINED_ON_SCIFACT = BACKBONE | {
+    "128-d, PCA init (the previous demo recipe)": "scifact_d128",
+    "128-d, WiSE-FT α = 0.5": "scifact_d128/wise_ft_0.5",
+    "256-d, PCA on the SciFact + NFCorpus mixture": "scifact_d256_pca_mixed",
+    "384-d (no projection)": "scifact_d384",
+    "384-d, WiSE-FT α = 0.3": "scifact_d384/wise_ft_0.3",
+    "384-d, WiSE-FT α = 0.5": "scifact_d384/wise_ft_0.5",
+    "**384-d, WiSE-FT α = 0.7 (the demo)**": "scifact_d384/wise_ft_0.7",
+    "384-d, distillation weight 1": "scifact_d384_distill",
+    "384-d, distillation, WiSE-FT α = 0.5": "scifact_d384_distill/wise_ft_0.5",
+    "384-d, distillation, WiSE-FT α = 0.7": "scifact_d384_distill/wise_ft_0.7",
+    "384-d, embeddings and layers 0–2 frozen": "scifact_d384_frozen",
+    "384-d, learning rate 1e-5 (not 3e-5)": "scifact_d384_lr1e-5",
+    "384-d, SciFact + NFCorpus train, 1:1 mixture": "mixture_d384",
+}
+TRAINED_ON_NFCORPUS = BACKBONE | {
+    "128-d, PCA init": "nfcorpus_d128",
+    "384-d": "nfcorpus_d384",
+    "384-d, WiSE-FT α = 0.5": "nfcorpus_d384/wise_ft_0.5",
+    "384-d, WiSE-FT α = 0.7": "nfcorpus_d384/wise_ft_0.7",
 }
 
 
@@ -75,9 +115,13 @@ def _normalized(x: np.ndarray) -> np.ndarray:
   return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-6)
 
 
-def _write(path: str, metrics: dict[str, float]) -> None:
+def _write(path: str, metrics: dict[str, float], set_name: str) -> None:
+  """The metrics of `set_name` with their provenance, to `path`."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  io.write_results(path, metrics)
+  io.write_results(path, {
+      **metrics,
+      **run_record.provenance([SETS[set_name][0]], SETS[set_name][1])
+  })
   print(f"{path}: {metrics}", flush=True)
 
 
@@ -90,7 +134,8 @@ def evaluate(checkpoint: str, set_names: list[str]) -> None:
     data = beir_eval.load_beir(*SETS[name])
     docs, queries = _encode(encoder, data)
     _write(path,
-           _metrics(data, ranker.exact_search(data.doc_ids, docs, *_padded(queries), top_k=100)))
+           _metrics(data, ranker.exact_search(data.doc_ids, docs, *_padded(queries), top_k=100)),
+           name)
 
 
 def projections(out_dir: str, set_names: list[str], checkpoints: list[str]) -> None:
@@ -114,50 +159,47 @@ def projections(out_dir: str, set_names: list[str], checkpoints: list[str]) -> N
       project = (lambda x: x) if kernel is None else (lambda x, k=kernel: _normalized(x @ k))
       results = ranker.exact_search(data.doc_ids, [project(d) for d in docs],
                                     *_padded([project(v) for v in queries]), top_k=100)
-      _write(path, _metrics(data, results))
+      _write(path, _metrics(data, results), name)
 
 
-def _cell(path: str) -> str:
-  if not os.path.exists(path):
-    return "—"
-  with open(path, encoding="utf-8") as f:
-    return f"{json.load(f)['ndcg@10']:.4f}"
+def collect(out_dir: str) -> dict[str, dict]:
+  """{"<model>/<SET>": report} of every measurement under `out_dir`."""
+  record = {}
+  for model in {*ZERO.values(), *TRAINED_ON_SCIFACT.values(), *TRAINED_ON_NFCORPUS.values()}:
+    for name in ZERO_SETS:
+      path = os.path.join(out_dir, model, f"{name}.json")
+      if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+          record[f"{model}/{name}"] = json.load(f)
+  return dict(sorted(record.items()))
 
 
-def _table(head: str, rows: dict[str, str], set_names: list[str]) -> str:
-  """rows: {label: directory of <set>.json}."""
-  lines = [f"| {head} | " + " | ".join(set_names) + " |", "|---" * (len(set_names) + 1) + "|"]
-  for label, directory in rows.items():
-    cells = [_cell(os.path.join(directory, f"{name}.json")) for name in set_names]
-    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+def table(head: str, rows: dict[str, str], columns: dict[str, str], record: dict) -> str:
+  """A Markdown table of nDCG@10: rows {label: model}, columns {header: SET} ("—": not
+  measured)."""
+  lines = [f"| {head} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+  for label, model in rows.items():
+    cells = [record.get(f"{model}/{name}", {}).get("ndcg@10") for name in columns.values()]
+    lines.append(f"| {label} | " + " | ".join("—" if c is None else f"{c:.4f}" for c in cells) +
+                 " |")
   return "\n".join(lines)
 
 
-def tables(out_dir: str) -> None:
-  zero = {"no projection (384)": "raw_384"}
-  for dim in (128, 256):
-    for init, label in (("pca", "PCA, SciFact batches"), ("pca_mixed", "PCA, SciFact + NFCorpus"),
-                        ("random", "random")):
-      zero[f"{dim}, {label}"] = f"{init}_{dim}"
-  print("0 steps: the projection alone (exact MaxSim, nDCG@10)\n")
-  print(
-      _table("projection", {
-          k: os.path.join(out_dir, "zero", v) for k, v in zero.items()
-      }, ["scifact_test", "nfcorpus_test", "scifact_dev", "nfcorpus_dev"]))
-  trained = sorted(
-      d for d in os.listdir(out_dir) if d != "zero" and os.path.isdir(os.path.join(out_dir, d)))
-  rows = {}
-  for name in trained:
-    rows[name] = os.path.join(out_dir, name)
-    for wise in sorted(os.listdir(rows[name])):
-      if wise.startswith("wise_ft_"):
-        rows[f"{name}, WiSE-FT α={wise[len('wise_ft_'):]}"] = os.path.join(rows[name], wise)
-  print("\nTrained (exact MaxSim on the dev splits, nDCG@10)\n")
-  print(_table("model", rows, ["scifact_dev", "nfcorpus_dev"]))
+def tables(record: dict) -> dict[str, str]:
+  """docs/results.md's three tables of the study, by title."""
+  return {
+      "0 steps: the projection alone (exact MaxSim, nDCG@10)":
+          table("projection", ZERO, ZERO_SETS, record),
+      "Trained on SciFact (exact MaxSim on the dev splits, nDCG@10)":
+          table("model (one change to the recipe)", TRAINED_ON_SCIFACT, DEV_SETS, record),
+      "Trained on NFCorpus (exact MaxSim on the dev splits, nDCG@10)":
+          table("model (one change to the recipe)", TRAINED_ON_NFCORPUS, DEV_SETS, record),
+  }
 
 
 def main(argv: list[str]) -> None:
   command, *args = argv
+  flags.FLAGS(sys.argv[:1])  # No flags of its own; parsed for cli.quiet_logging.
   cli.quiet_logging()
   if command == "evaluate":
     evaluate(args[0], args[1:])
@@ -165,7 +207,14 @@ def main(argv: list[str]) -> None:
     split = args.index("--")
     projections(args[0], args[1:split], args[split + 1:])
   elif command == "tables":
-    tables(args[0])
+    out_dir, *options = args
+    if any(not option.startswith("--record=") for option in options):
+      raise SystemExit(__doc__)
+    record = collect(out_dir)
+    for title, markdown in tables(record).items():
+      print(f"{title}\n\n{markdown}\n")
+    for option in options:
+      io.write_results(option.removeprefix("--record="), record)
   else:
     raise SystemExit(__doc__)
 

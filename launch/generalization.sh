@@ -10,7 +10,9 @@
 #                                         model and ~5 min per evaluation of both dev sets)
 #
 # Every step is skipped when its output exists, so a killed run resumes where it stopped.
-# Results: OUT_DIR/<model>/<set>.json, OUT_DIR/<model>/wise_ft_<alpha>/<set>.json
+# Results: OUT_DIR/<model>/<set>.json, OUT_DIR/<model>/wise_ft_<alpha>/<set>.json (each with its
+# provenance); the tables of docs/results.md and their run record, OUT_DIR/record.json, are
+# written after each model (`launch/generalization.py tables`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s setup
@@ -21,7 +23,7 @@ bin=.venv/bin
 study="$bin/python launch/generalization.py"
 
 [[ -f $dev/qrels/dev.tsv ]] || $bin/python -c \
-  "from xtr import beir_files; beir_files.carve_dev_split('data/scifact', '$dev')"
+  "from xtr.data import beir_files; beir_files.carve_dev_split('data/scifact', '$dev')"
 
 train() {  # train NAME DATA_DIR BINDING...: the demo's recipe with extra gin bindings
   local name=$1 data=$2
@@ -47,12 +49,14 @@ for dim in 128 256; do
   done
 done
 $study projections "$out/zero" scifact_test nfcorpus_test scifact_dev nfcorpus_dev -- "${zero[@]}"
+$study tables "$out" --record="$out/record.json" > "$out/tables.md"
 
 # 2: one change each to the demo's recipe; name | training data | gin bindings (';'-separated).
 d384="xtr_encoder.XTREncoder.embed_dim = None;initialization.Initialization.projection_init = 'random'"
+# The demo's candidate first, so that a partial run has it.
 models=(
-  "scifact_d128|$dev|"
   "scifact_d384|$dev|$d384"
+  "scifact_d128|$dev|"
   "scifact_d384_distill|$dev|$d384;objective.Objective.distillation = 1.0"
   "nfcorpus_d384|$nfcorpus|$d384"
   "scifact_d384_frozen|$dev|$d384;optimizers.make_optimizer.frozen = ['backbone/embeddings', 'backbone/layers_[0-2]/']"
@@ -74,6 +78,7 @@ for spec in "${models[@]}"; do
       --alpha="$alpha" --out="$out/$name/wise_ft_$alpha"
     $study evaluate "$out/$name/wise_ft_$alpha" scifact_dev nfcorpus_dev
   done
+  $study tables "$out" --record="$out/record.json" > "$out/tables.md"
 done
 
 # Bytes per token of a 256-d index (xtr-export prints them; the 128-d and 384-d indexes are the
