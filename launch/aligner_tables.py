@@ -12,7 +12,7 @@ nDCG@10 against β_d, one line per salience variant). Pruning cells not run yet 
 variant rows appear once measured. --nfcorpus_record writes the run record of the NFCorpus rows
 (`nfcorpus_record`; tests/test_run_records.py rebuilds them from it with `row`), --scifact_record
 that of docs/results.md's first ALIGNER table, its pruning table, its salience-variant table and
-its k' = 100 table (`scifact_record`).
+its k' = 100 table and the entropy_lp row of its strategy table (`scifact_record`).
 """
 import argparse
 import json
@@ -71,7 +71,8 @@ def scifact_record(out: pathlib.Path) -> dict:
   the k' = 100 table: xtr-eval-beir's top-1 evaluations of the relu, hard and l1 models at
   β_d = 100, 20, 10 and 5 % ("relu/top1_q1", "hard/top1_d0.2_q1", ...), of the
   entropy_lp model at every β_d and β_q ("entropy_lp/top1_d0.2_q0.5", ...), and of both at
-  k' = 100 ("relu/top1_d0.1_q1_k100", ...)."""
+  k' = 100 ("relu/top1_d0.1_q1_k100", ...); and the entropy_lp model's row of the strategy table:
+  xtr-adapt-alignment's report ("entropy_lp/adapt")."""
   names = [
       f"{variant}/{prefix}_q1" for variant in ("relu", "hard", "l1") for _, _, prefix in BETA_D
       if prefix != "top1_d0.4"
@@ -81,6 +82,7 @@ def scifact_record(out: pathlib.Path) -> dict:
       f"{model}/{prefix}_q1_k100" for model in ("entropy_lp", "relu") for _, _, prefix in BETA_D
       if prefix != "top1_d0.4"
   ]
+  names.append("entropy_lp/adapt")
   return reports({name: out / f"{name}.json" for name in names})
 
 

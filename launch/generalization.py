@@ -208,8 +208,9 @@ def main(argv: list[str]) -> None:
     projections(args[0], args[1:split], args[split + 1:])
   elif command == "tables":
     out_dir, *options = args
-    if any(not option.startswith("--record=") for option in options):
-      raise SystemExit(__doc__)
+    for option in options:
+      if not option.startswith("--record="):
+        sys.exit(f"launch/generalization.py tables: unknown option {option!r} (--record=FILE)")
     record = collect(out_dir)
     for title, markdown in tables(record).items():
       print(f"{title}\n\n{markdown}\n")

@@ -1,5 +1,6 @@
 """The launch scripts, run against fake `gcloud` and `srun` that record their arguments: each
 host runs the named tool with --multihost and the user's flags, quoted."""
+import json
 import os
 import pathlib
 import stat
@@ -37,3 +38,32 @@ def test_tpu_pod_scripts_run_their_tool_on_every_worker(tmp_path, script, tool):
 def test_gpu_node_scripts_run_their_tool_once_per_node(tmp_path, script, tool):
   argv = _launch(tmp_path, script, "--out=/shared/index").splitlines()
   assert argv == ["--ntasks-per-node=1", f".venv/bin/{tool}", "--multihost", "--out=/shared/index"]
+
+
+def test_generalization_tables_and_record_are_the_reports(tmp_path):
+  """launch/generalization.py tables: each report's nDCG@10 in its row and column ("—" where
+  nothing was measured), and --record holds every report under "<model>/<SET>"."""
+  reports = {"zero/raw_384/scifact_test": 0.70654, "scifact_d384/wise_ft_0.7/nfcorpus_dev": 0.34416}
+  for name, ndcg in reports.items():
+    path = tmp_path / "out" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'{{"ndcg@10": {ndcg}, "command": "launch/generalization.py"}}')
+  (tmp_path / "out" / "scifact_d384" / "unrelated.json").write_text("{}")
+  script = [str(REPO / ".venv" / "bin" / "python"), str(REPO / "launch" / "generalization.py")]
+  record = tmp_path / "record.json"
+  shown = subprocess.run(
+      [*script, "tables", str(tmp_path / "out"), f"--record={record}"], check=True,
+      capture_output=True, text=True, cwd=REPO).stdout
+  assert "| no projection (384) | 0.7065 | — | — | — |" in shown
+  assert "| untuned backbone (384-d, 0 steps), for reference | — | — |" in shown
+  assert "| **384-d, WiSE-FT α = 0.7 (the demo)** | — | 0.3442 |" in shown
+  assert json.loads(record.read_text()) == {
+      name: {
+          "ndcg@10": ndcg,
+          "command": "launch/generalization.py"
+      } for name, ndcg in sorted(reports.items())
+  }
+  refused = subprocess.run(
+      [*script, "tables", str(tmp_path / "out"), "--recrd=x.json"], capture_output=True, text=True,
+      cwd=REPO)
+  assert refused.returncode == 1 and "unknown option '--recrd=x.json'" in refused.stderr
