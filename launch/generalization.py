@@ -199,6 +199,7 @@ def tables(record: dict) -> dict[str, str]:
 
 def main(argv: list[str]) -> None:
   command, *args = argv
+  run_record.mark_start()
   flags.FLAGS(sys.argv[:1])  # No flags of its own; parsed for cli.quiet_logging.
   cli.quiet_logging()
   if command == "evaluate":

@@ -35,6 +35,17 @@ def test_a_record_names_the_commit_config_and_data(scifact_slice):
   assert isinstance(record["gin_config"], str) and re.fullmatch(r"\d{4}-\d\d-\d\d", record["date"])
 
 
+def test_a_record_names_the_commit_its_run_started_from(monkeypatch):
+  """A commit made while a long run goes on is not the run's: `mark_start` (the CLIs call it
+  first) fixes the commit its records name."""
+  commits = iter(["1234abc", "5678def (+ changes)"])
+  monkeypatch.setattr(run_record, "git_commit", lambda: next(commits))
+  monkeypatch.setattr(run_record, "_start_commit", [])
+  run_record.mark_start()
+  assert run_record.provenance([], "test")["git_commit"] == "1234abc"
+  assert run_record.git_commit() == "5678def (+ changes)"
+
+
 def test_outside_a_checkout_there_is_no_commit(tmp_path, monkeypatch):
   monkeypatch.setattr(run_record, "REPO", tmp_path)
   assert run_record.git_commit() is None

@@ -28,6 +28,7 @@ import jax
 from xtr import io
 from xtr.cli import compilation_cache
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.index import reader
 from xtr.index import verify
 from xtr.models import encoding
@@ -224,6 +225,7 @@ def refusing(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]],
   (after their traceback, with --traceback); other exceptions propagate (exit status 1)."""
 
   def refusing_main(argv: Sequence[str]) -> None:
+    run_record.mark_start()
     quiet_logging()
     try:
       main(argv)

@@ -23,6 +23,7 @@ from xtr import io
 from xtr.data import beir_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+_start_commit: list[str | None] = []  # `git_commit()` when the run started (`mark_start`).
 
 
 def record(results: Any, data_dirs: Sequence[str], split: str) -> dict[str, Any]:
@@ -35,7 +36,7 @@ def provenance(data_dirs: Sequence[str], split: str) -> dict[str, Any]:
   (UTC)."""
   return {
       "command": shlex.join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
-      "git_commit": git_commit(),
+      "git_commit": _start_commit[0] if _start_commit else git_commit(),
       "gin_config": gin.operative_config_str(),
       "data_sha256": data_sha256(data_dirs, split),
       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
@@ -50,6 +51,13 @@ def data_sha256(data_dirs: Sequence[str], split: str) -> dict[str, str]:
                                         for name in ("corpus.jsonl", "queries.jsonl",
                                                      os.path.join("qrels", f"{split}.tsv")))
   }
+
+
+def mark_start() -> None:
+  """Makes this process's records name the commit checked out now, not the one at the time they
+  are written: a long run's record names the code it started with, even if a commit is made (or
+  a file changed) while it runs. The CLIs call it first."""
+  _start_commit[:] = [git_commit()]
 
 
 def git_commit() -> str | None:
