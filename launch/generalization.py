@@ -166,7 +166,7 @@ def collect(out_dir: str) -> dict[str, dict]:
   """{"<model>/<SET>": report} of every measurement under `out_dir`."""
   record = {}
   for model in {*ZERO.values(), *TRAINED_ON_SCIFACT.values(), *TRAINED_ON_NFCORPUS.values()}:
-    for name in ZERO_SETS:
+    for name in SETS:
       path = os.path.join(out_dir, model, f"{name}.json")
       if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
