@@ -3,6 +3,7 @@ that links a record under docs/runs/ holds that record's numbers."""
 import dataclasses
 import importlib.util
 import json
+import os
 import re
 import subprocess
 
@@ -533,3 +534,22 @@ def test_the_quality_goal_rows_are_their_records():
       for model in ("first", "xtr_k32", "xtr_k128", "xtr_k1024", "colbert")
   ]
   assert [row[2].strip("*") for row in rows] == [f"{value:.4f}" for value in want]
+
+
+def test_the_generalization_study_tables_are_their_record():
+  """"Generalization": the 0-step table, whole, and every measured row of the study's tables
+  (launch/generalization.py's `tables`), from the study's record; each report names the split it
+  was measured on by the data's digest."""
+  record = json.loads((REPO / "docs" / "runs" / "generalization_study.json").read_text())
+  study = _launch_script("generalization")
+  text = (REPO / "docs" / "results.md").read_text().split("## Generalization")[1]
+  zero, *trained = study.tables(record).values()
+  assert "—" not in zero and zero in text
+  measured = [line for table in trained for line in table.splitlines()[2:] if "—" not in line]
+  assert measured
+  for line in measured:
+    assert line in text, line
+  for name, report in record.items():
+    data_dir, split = study.SETS[name.rsplit("/", 1)[1]]
+    qrels = f"{os.path.basename(data_dir)}/qrels/{split}.tsv"
+    assert any(path.endswith(qrels) for path in report["data_sha256"]), name
