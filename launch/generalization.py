@@ -36,7 +36,7 @@ from xtr.evaluation import run_record
 from xtr.models import encoding
 from xtr.retrieval import ranker
 
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "beir")
+SHARED = os.path.join("..", "shared", "data", "beir")  # As SETS, relative to the repository.
 SETS = {
     "scifact_dev": ("runs/scifact_dev", "dev"),
     "scifact_test": ("data/scifact", "test"),
