@@ -17,13 +17,15 @@ the query tokens of the first 30 queries; the nDCG@10 is pytrec_eval's.
 
 `--copies=N` makes the corpus N times larger as `benchmarks/scaling.py` does: the tokens and
 N - 1 copies of them, each token moved by Gaussian noise of norm ~`--noise` and normalized
-(made on the first device, so that 16x SciFact is built in seconds); a copy's documents are new
-documents, so no nDCG is given there. On the accelerator machine it measures the accelerator;
-here, the CPU ("device" then means this host's cores).
+(made on the first device, so that 16x SciFact is built in seconds). A copy's documents are
+new documents under their originals' ids: the nDCG@10 there counts each document at the best rank
+of any of its copies ("folded"; `beir_eval.best_scores`), so that it says whether the relevant
+documents are still found among N times as many tokens. On the accelerator machine it measures
+the accelerator; here, the CPU ("device" then means this host's cores).
 
-`--dump=VECTORS_DIR` (at 1x) also writes the tokens and the queries in
+`--dump=VECTORS_DIR` also writes the tokens (with their copies) and the queries in
 benchmarks/dump_vectors.py's layout, float32, for the peers to search the same vectors on the same
-device (benchmarks/peers/device.py).
+device (benchmarks/peers/device.py); copies keep their originals' ids there too.
 """
 import argparse
 import itertools
@@ -91,11 +93,17 @@ def _copied(tokens, num_docs: int, copies: int, noise: float):
 def _dump(out_dir: str, tokens, doc_ids: list[str], query_ids: list[str], q: np.ndarray,
           q_mask: np.ndarray, source: dict) -> None:
   """Writes the tokens (chunks, docs [T] in order, positions) and the queries [Q, n, D] in
-  benchmarks/dump_vectors.py's layout, the vectors as float32."""
+  benchmarks/dump_vectors.py's layout, the vectors as float32, a chunk at a time; `doc_ids`
+  name docs 0, 1, ... in turn (a copy's documents their originals' ids)."""
   chunks, docs, _ = tokens
   os.makedirs(out_dir, exist_ok=True)
-  np.save(os.path.join(out_dir, "doc_vectors.npy"),
-          np.concatenate([np.asarray(c, np.float32) for c in chunks]))
+  vectors = np.lib.format.open_memmap(os.path.join(out_dir, "doc_vectors.npy"), "w+", np.float32,
+                                      (len(docs), chunks[0].shape[1]))
+  start = 0
+  for chunk in chunks:
+    vectors[start:start + len(chunk)] = np.asarray(chunk, np.float32)
+    start += len(chunk)
+  vectors.flush()
   dump_vectors.write_rest(out_dir, np.bincount(docs, minlength=len(doc_ids)), doc_ids, q, q_mask,
                           query_ids, source | {"dtype": "float32"})
 
@@ -129,11 +137,11 @@ def _measure(resident: device.DeviceTokens, q: np.ndarray, q_mask: np.ndarray,
 
 def _ndcg(data: beir_eval.BeirData, query_ids: list[str], doc_ids: list[str],
           ranked: list) -> float:
-  """pytrec_eval's nDCG@10 of the rankings (doc_index, scores) of `query_ids`."""
+  """pytrec_eval's nDCG@10 of the rankings (doc_index, scores) of `query_ids` (`doc_ids` may
+  repeat an id: its best score counts)."""
   run = {
-      query: {
-          doc_ids[d]: float(s) for d, s in zip(*top) if d >= 0
-      } for query, top in zip(query_ids, ranked)
+      query: beir_eval.best_scores((doc_ids[d], float(s)) for d, s in zip(*top) if d >= 0)
+      for query, top in zip(query_ids, ranked)
   }
   return beir_eval.evaluate(data.qrels, run)["ndcg@10"]
 
@@ -155,18 +163,17 @@ def main() -> None:
   parser.add_argument("--k_prime", type=int, default=1000)
   parser.add_argument("--copies", type=int, default=1)
   parser.add_argument("--noise", type=float, default=0.3)
-  parser.add_argument("--dump", help="Also write the 1x vectors and queries here (for the peers).")
+  parser.add_argument("--dump", help="Also write the vectors and queries here (for the peers).")
   args = parser.parse_args()
-  if args.dump and args.copies != 1:
-    parser.error(f"--dump={args.dump}: the vectors are dumped at 1x only (--copies={args.copies})")
   data = beir_eval.load_beir(args.data_dir, "test")
   encoder, tokens, doc_ids, encode_s = _source(args, data)
   query_ids, texts = data.query_ids[:args.queries], data.queries[:args.queries]
   q, q_mask, _ = encoder.encode_queries(texts)
   sample = np.concatenate([v[m] for v, m in zip(q[:30], q_mask[:30])])
+  tokens = _copied(tokens, len(doc_ids), args.copies, args.noise)
+  doc_ids = list(doc_ids) * args.copies
   if args.dump:
     _dump(args.dump, tokens, doc_ids, query_ids, q, q_mask, {"made_by": vars(args)})
-  tokens = _copied(tokens, len(doc_ids), args.copies, args.noise)
   exact = device.DeviceTokens(*tokens, device.DeviceConfig(dtype="float32"))
   exact_scores, docs, positions = map(np.asarray, exact.search(sample, args.k_prime))
   del exact
@@ -201,7 +208,7 @@ def main() -> None:
         "p50_ms_one_query": float(np.median(alone_ms)),
         "recall_exact_top_k": float(recall),
         "max_score_error": float(np.abs(scores - exact_scores).max()),
-        "ndcg@10": _ndcg(data, query_ids, doc_ids, ranked) if args.copies == 1 else None
+        "ndcg@10": _ndcg(data, query_ids, doc_ids, ranked)
     })
     del resident
     print(json.dumps(rows[-1]), flush=True)

@@ -236,3 +236,9 @@ def test_eval_refuses_an_index_that_lacks_judged_documents():
       ValueError, match=r"The index at index lacks 1 judged documents \(e.g. "
       r"\['d2'\]\): was it exported from this dataset's corpus"):
     cli.check_index_covers_qrels(["d1"], {"q": {"d1": 1, "d2": 0}}, "index")
+
+
+def test_copies_under_one_id_count_at_their_best_rank():
+  ranking = [("a", 5.0), ("b", 4.0), ("a", 3.0), ("c", 2.0), ("b", 1.0)]
+  assert beir_eval.best_scores(ranking) == {"a": 5.0, "b": 4.0, "c": 2.0}
+  assert beir_eval.best_scores(reversed(ranking)) == {"a": 5.0, "b": 4.0, "c": 2.0}

@@ -13,7 +13,8 @@ tokens (engines.py says why). Each engine builds its index on --device (timed), 
 warm-up query; then the rounds run interleaved, engine after engine: every query alone, then the
 queries 64 per call (the call's ms / 64 per query). The first
 round's top 100 give nDCG@10 and Recall@100 (`xtr.evaluation.beir_eval.evaluate`, pytrec_eval,
-as engines.py). Device memory: torch's allocator's peak over the build, and what the index
+as engines.py; where device_search.py dumped N copies of the corpus, a copy's documents carry their
+originals' ids and count at their best rank, as there). Device memory: torch's allocator's peak over the build, and what the index
 holds after it.
 
 xtr-warp-rs imports duckdb for its metadata filters, which this benchmark does not use; where
@@ -94,7 +95,10 @@ def _round(search, queries: list[torch.Tensor], batch: int, device: str) -> tupl
 
 def _metrics(data: worker.Data, qrels: dict, found: list) -> dict[str, float]:
   """nDCG@10 and Recall@100 of each query's [(doc index, score)] top 100 (pytrec_eval)."""
-  run = {q: {data.doc_ids[d]: float(s) for d, s in top} for q, top in zip(data.query_ids, found)}
+  run = {
+      q: beir_eval.best_scores((data.doc_ids[d], float(s)) for d, s in top)
+      for q, top in zip(data.query_ids, found)
+  }
   metrics = beir_eval.evaluate(qrels, run, mrr_at=())
   return {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"]}
 

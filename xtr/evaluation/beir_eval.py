@@ -92,6 +92,15 @@ def trec_order(doc_scores: Mapping[str, float]) -> list[tuple[str, float]]:
   return sorted(doc_scores.items(), key=lambda item: (item[1], item[0]), reverse=True)
 
 
+def best_scores(ranking: Iterable[tuple[str, float]]) -> dict[str, float]:
+  """{doc id: its best score} of (doc id, score) pairs in which an id may repeat (copies of a
+  document under its id count as the document, at their best rank)."""
+  best = {}
+  for doc_id, score in ranking:
+    best[doc_id] = max(score, best.get(doc_id, score))
+  return best
+
+
 @gin.configurable
 def evaluate(qrels: Qrels, run: Run, ndcg_at: Sequence[int] = (10,),
              recall_at: Sequence[int] = (100,), mrr_at: Sequence[int] = (10,),
