@@ -13,9 +13,9 @@ tokens (engines.py says why). Each engine builds its index on --device (timed), 
 warm-up query; then the rounds run interleaved, engine after engine: every query alone, then the
 queries 64 per call (the call's ms / 64 per query). The first
 round's top 100 give nDCG@10 and Recall@100 (`xtr.evaluation.beir_eval.evaluate`, pytrec_eval,
-as engines.py; where device_search.py dumped N copies of the corpus, a copy's documents carry their
-originals' ids and count at their best rank, as there). Device memory: torch's allocator's peak over the build, and what the index
-holds after it.
+as engines.py; where device_search.py dumped N copies of the corpus, a copy's documents carry
+their originals' ids and count at their best rank, as there). Device memory: torch's allocator's
+peak over the build, and what the index holds after it.
 
 xtr-warp-rs imports duckdb for its metadata filters, which this benchmark does not use; where
 duckdb is not installed (a 25 MB wheel that the lent machine lacks), an empty module stands in
