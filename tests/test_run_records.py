@@ -254,6 +254,42 @@ def test_the_h200_wider_bins_and_peers_tables_hold_their_records_numbers():
   assert sorted(got) == sorted(want)
 
 
+def test_the_h200_16x_peers_table_holds_its_records_numbers():
+  """docs/performance.md's table of xtr, WARP and fast-plaid at 16x on one GPU is run 4 of
+  docs/runs/device_peers_h200.json, row for row."""
+  run = json.loads((REPO / "docs" / "runs" / "device_peers_h200.json").read_text())["runs"]["run4"]
+  want = []
+  for part in ("xtr_16x_exact", "xtr_16x", "xtr_16x_k16000"):
+    for row in run[part]["rows"]:
+      exact = row["recall_target"] is None
+      name = (
+          "xtr `--searcher=device`, exact" if exact else
+          f"xtr, `recall_target` {row['recall_target']}") + f", blocks of {row['token_block']:,}"
+      per_token = f"{row['resident_mb'] * 2**20 / row['tokens']:.0f}"
+      want.append([
+          name, f"{run[part]['args']['k_prime']:,}", f"{row['ndcg@10']:.4f}", "—",
+          f"{row['p50_ms_one_query']:.3g}", f"{row['queries_per_s_batched']:.3g}", "—",
+          per_token + " (on the GPU)" if exact else per_token, f"{row['resident_mb']:,.0f} MiB"
+      ])
+  for part, rounds in (("warp_16x", 3), ("fast_plaid_16x", 1)):
+    row, = run[part]["rows"]
+    assert row["rounds"] == rounds and len(row["ms_one_query"]) == 300 * rounds
+    per_token = f"{row['bytes_per_token']:.0f}"
+    want.append([
+        PEER_NAMES[row["engine"]], "—", f"{row['ndcg@10']:.4f}", f"{row['recall@100']:.4f}",
+        f"{row['p50_ms_one_query']:.3g}", f"{row['queries_per_s_batched']:.3g}",
+        f"{row['build_s']:.1f}", per_token + " (on disk)" if part == "warp_16x" else per_token,
+        f"{row['resident_mb']:,.0f} MiB"
+    ])
+  assert {
+      row["tokens"]
+      for part in ("xtr_16x_exact", "xtr_16x", "xtr_16x_k16000")
+      for row in run[part]["rows"]
+  } == {run["warp_16x"]["tokens"]} == {19_876_016}
+  assert _rows("#### At 16× SciFact on the same GPU", r"(xtr|WARP|fast-plaid).*",
+               "performance.md") == want
+
+
 def test_the_alignment_tables_hold_their_records_numbers():
   """The alignment analysis's tables, rebuilt from the record by launch/alignment_tables.py, stand
   in docs/results.md as they are."""
