@@ -351,10 +351,20 @@ def test_cli_writes_every_number_and_plot(exported, scifact_slice, t5_spm_path, 
   assert list(report["models"]) == ["A", "other_model"]
   data = beir_eval.load_beir(scifact_slice, "test")
   assert report["num_queries"] == len(data.query_ids)
-  assert report["case_study"] == {
-      "query_id": data.query_ids[0],
-      "doc_id": data.most_relevant(data.query_ids[0])
-  }
+  case = report.pop("case_study")
+  assert (case["query_id"], case["doc_id"]) == (data.query_ids[0],
+                                                data.most_relevant(data.query_ids[0]))
+  # The figure's data: each model's S and alignments of the pair, as measure.case_study gives them.
+  matrices, q_tokens, d_tokens = measure.case_study(_tiny_encoder(model_dir, t5_spm_path),
+                                                    alignment.Alignment(), data.queries[0],
+                                                    data.docs[data.doc_ids.index(case["doc_id"])],
+                                                    measure.Settings().temperature)
+  panels = [p for p in case["panels"] if p["title"].startswith("A: ")]
+  assert [p["title"] for p in panels] == [f"A: {name}" for name in matrices]
+  for panel, matrix in zip(panels, matrices.values()):
+    assert (panel["query_tokens"], panel["doc_tokens"]) == (q_tokens, d_tokens)
+    np.testing.assert_allclose(panel["matrix"], matrix, atol=1e-4)
+  assert len(case["panels"]) == 2 * len(matrices)
   for result in report["models"].values():
     assert set(result["rerank"]) == {"q→d", "d→q", "d→q per token"}
     assert len(result["term_matching"]["containing"]["bins"]) == 4

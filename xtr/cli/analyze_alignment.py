@@ -21,7 +21,8 @@ Writes to DIR:
                      contain the token; the same for the d→q alignments per document
                      token, by the document token's IDF (the unit of Figure 3); the mean
                      normalized singular-value spectrum and rank-1 error of each direction's
-                     alignment.
+                     alignment; the case study's matrices (rounded to 4 decimals) and token
+                     strings, panel by panel, as case_study.png draws them.
   term_matching.png  exact-match rate against query-token IDF, one curve per model (Figure 2)
   term_matching_document_tokens.png
                      d→q exact-match rate against document-token IDF (Figure 3's unit)
@@ -174,8 +175,16 @@ def main(argv: Sequence[str]) -> None:
           "num_idf_bins": settings.num_idf_bins
       },
       "case_study": {
-          "query_id": query_id,
-          "doc_id": doc_id
+          "query_id":
+              query_id,
+          "doc_id":
+              doc_id,
+          "panels": [{
+              "title": title,
+              "query_tokens": q_tokens,
+              "doc_tokens": d_tokens,
+              "matrix": np.round(matrix, 4).tolist()
+          } for title, matrix, q_tokens, d_tokens in panels]
       },
       "models": results
   }
