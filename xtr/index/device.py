@@ -36,7 +36,9 @@ class DeviceConfig:
     recall_target: None: exact top-k; else the expected recall of the exact top-k, in (0, 1],
       that the partial reduction may give up for speed (`bin_width`; 1 is exact).
     token_block: tokens each device scores per step (the [Q, block] scores are its temporary
-      memory); at least k' is used.
+      memory); at least k' is used. Exact search's top-k of a block takes several times that
+      on a GPU (an H200 ran out of memory with 48 GiB asked for 2,048 query tokens and blocks
+      of 1,048,576; docs/performance.md): larger blocks pay off with a recall_target.
   """
   dtype: str = "bfloat16"
   recall_target: float | None = None
