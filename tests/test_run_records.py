@@ -135,6 +135,32 @@ def test_the_entropy_lp_table_holds_its_records_numbers():
     assert row[2] == ("—" if full is None else f"{full['ndcg@10']:.4f} / {full['recall@100']:.4f}")
 
 
+def _printed(text: str, value: float) -> bool:
+  """Whether `text` (e.g. "0.064", "3.5e-5", "1,000") is `value` rounded to its printed digits."""
+  mantissa, _, exponent = text.replace(",", "").partition("e")
+  decimals = len(mantissa.partition(".")[2])
+  return abs(float(text.replace(",", "")) - value) <= 0.5 * 10**(int(exponent or 0) - decimals)
+
+
+def test_the_entropy_lp_solver_table_holds_its_records_numbers():
+  """docs/results.md's table of the gate's solver on real inputs is
+  docs/runs/entropy_lp_solver.json, each value to its printed digits."""
+  record = json.loads((REPO / "docs" / "runs" / "entropy_lp_solver.json").read_text())
+  rows = _rows("### Why the entropy-LP gate trains worse here", r"(trained|initialization), .*")
+  inputs = {"trained": "trained relu heads", "initialization": "heads at initialization"}
+  assert len(rows) == 5
+  for label, budget, lam, fractional, gradient in rows:
+    kind, epsilon, iters = label.replace(" (the default)", "").split(", ", 2)
+    setting, = (s for s in record[inputs[kind]]["settings"]
+                if s["epsilon"] == float(epsilon) and s["num_iters"] == int(iters.replace(",", "")))
+    mean, peak = budget.split(" / ")
+    for text, value in ((mean, setting["mean_budget_error"]), (peak, setting["max_budget_error"]),
+                        (lam, setting["max_lambda_error"]), (fractional.removesuffix(" %"),
+                                                             100 * setting["fractional_share"]),
+                        (gradient, setting["max_gradient"])):
+      assert _printed(text, value), (label, text, value)
+
+
 def test_the_training_alignment_table_holds_its_records_numbers():
   """Each row: its seeds' count and mean ± sample std, recomputed from the record's runs."""
   record = json.loads((REPO / "docs" / "runs" / "training_alignments.json").read_text())
@@ -350,7 +376,7 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
 
 def test_the_first_aligner_tables_and_table_4_are_their_records():
   """The ALIGNER rows of docs/results.md's first SciFact table (nDCG@10, Recall@100, MRR@10,
-  ms/query), the pruning table, the salience-variant table and the k' = 100 table
+  ScaNN bytes per token, ms/query), the pruning table, the salience-variant table and the k' = 100 table
   (launch/aligner_tables.py's `row`) from the record that script writes, and Table 4's two
   examples: each model's rendering, verbatim, from its xtr-show-alignment --record."""
   record = json.loads((REPO / "docs" / "runs" / "aligner_scifact.json").read_text())
@@ -361,9 +387,16 @@ def test_the_first_aligner_tables_and_table_4_are_their_records():
       result = record[f"{model}/{name}"]
       assert result["prune_doc"] == (0.2 if "d0.2" in name else None)
       assert result["checkpoint"] == f"runs/aligner/{model}" and result["k_prime"] == 1000
-      want.append([f"{result[m]:.4f}" for m in ("ndcg@10", "recall@100", "mrr@10")] +
-                  [f"{result['latency_ms_per_query']['mean']:.1f}"])
-  assert [[cell.strip("*") for cell in row[1:4]] + [row[5].split()[0]] for row in rows] == want
+      per_token = result["scann_bytes"] / result["indexed_tokens"]
+      want.append([f"{result[m]:.4f}" for m in ("ndcg@10", "recall@100", "mrr@10")] + [
+          f"{result['scann_bytes'] / 1_242_251:.0f}",
+          f"{result['latency_ms_per_query']['mean']:.1f}"
+      ])
+      if model == "relu" and result["prune_doc"]:  # The cell also gives bytes per indexed token.
+        assert f"{per_token:.0f} per indexed token" in rows[len(want) - 1][4]
+  assert [[cell.strip("*")
+           for cell in row[1:4]] + [row[4].split()[0], row[5].split()[0]]
+          for row in rows] == want
   tables = _launch_script("aligner_tables")
   assert [
       "| " + " | ".join(row) + " |"
@@ -494,7 +527,7 @@ def test_the_dev_split_baseline_rows_are_the_dev_demos_record():
 def test_the_generalization_rows_hold_their_records_numbers():
   """"Generalization": §1's rows of our systems, rebuilt from the record by
   launch/generalization_bars.py; §3's measured bars and the README's demo table (SciFact and
-  NFCorpus), the demo's run in the same record."""
+  NFCorpus; SciFact's ms/query), the demo's run in the same record."""
   record = json.loads((REPO / "docs" / "runs" / "generalization_bars.json").read_text())
   text = (REPO / "docs" / "results.md").read_text()
   problem = text.split("### 1. The problem in the project's own terms")[1].split("\n#")[0]
@@ -509,12 +542,11 @@ def test_the_generalization_rows_hold_their_records_numbers():
              for c in line.split("|")[1:-1]]
             for line in (REPO / "README.md").read_text().split("| system | SciFact nDCG@10 |")
             [1].split("\n\n")[0].splitlines()[2:]]
-  assert [row[1:4] + row[5:8] for row in readme] == [[
-      f"{demo[name][system][metric]:.4f}"
-      for name in ("scifact", "nfcorpus")
-      for metric in ("ndcg@10", "recall@100", "mrr@10")
-  ]
-                                                     for system in systems]
+  assert [row[1:8] for row in readme] == [[
+      *(f"{demo['scifact'][system][metric]:.4f}" for metric in ("ndcg@10", "recall@100", "mrr@10")),
+      f"{demo['scifact'][system]['ms_per_query']:.1f}",
+      *(f"{demo['nfcorpus'][system][metric]:.4f}" for metric in ("ndcg@10", "recall@100", "mrr@10"))
+  ] for system in systems]
 
 
 def test_the_aligner_tables_xtr_and_colbert_rows_are_the_ablations_record():
