@@ -512,6 +512,38 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
   assert _fastest_section_rows(10) == want
 
 
+def test_the_fastest_settings_claims_are_their_records():
+  """The README's sentence on fastest.gin / fastest_384.gin (ms per query against the default
+  settings', the nDCG@10 change, the speed-up over PyLate's retrieve.XTR) and docs/performance.md's
+  verdicts on issue 32's goal, from the two benchmarks/engines.py records."""
+  engines = {}
+  for model in ("128", "384"):
+    record = json.loads((REPO / "docs" / "runs" / f"engines_fastest_{model}.json").read_text())
+    engines[model] = {r["engine"]: r for r in record["rows"]}
+  fast128, base128 = engines["128"]["fastest"], engines["128"]["xtr"]
+  fast384, base384 = engines["384"]["fastest384"], engines["384"]["xtr"]
+  sentence = (
+      f"one query in {fast128['p50_ms']:.1f} ms against {base128['p50_ms']:.1f} on the 128-d "
+      f"model, at nDCG@10 −{base128['ndcg@10'] - fast128['ndcg@10']:.3f}; "
+      f"{fast384['p50_ms']:.1f} ms against {base384['p50_ms']:.1f} on the 384-d model, "
+      f"−{base384['ndcg@10'] - fast384['ndcg@10']:.3f}, and "
+      f"{engines['384']['pylate_xtr_k1000']['p50_ms'] / fast384['p50_ms']:.1f}× faster than "
+      "PyLate's `retrieve.XTR` there")
+  assert sentence in " ".join((REPO / "README.md").read_text().split())
+  pylate128, warp128 = engines["128"]["pylate_xtr_k1000"], engines["128"]["warp"]
+  pylate384, warp384 = engines["384"]["pylate_xtr_k1000"], engines["384"]["warp"]
+  goals = (
+      f"answers in {fast384['p50_ms']:.1f} ms against PyLate's {pylate384['p50_ms']:.1f} "
+      f"({pylate384['p50_ms'] / fast384['p50_ms']:.1f}×; ratios here are of the unrounded "
+      f"medians) and WARP's {warp384['p50_ms']:.1f} ({warp384['p50_ms'] / fast384['p50_ms']:.1f}×)",
+      f"`fastest.gin` is {pylate128['p50_ms'] / fast128['p50_ms']:.1f}× faster than PyLate "
+      f"({fast128['p50_ms']:.1f} against {pylate128['p50_ms']:.1f} ms) and "
+      f"{warp128['p50_ms'] / fast128['p50_ms']:.1f}× faster than WARP")
+  performance = " ".join((REPO / "docs" / "performance.md").read_text().split())
+  for goal in goals:
+    assert goal in performance, goal
+
+
 def test_the_dev_split_baseline_rows_are_the_dev_demos_record():
   """The dev-tuning table's rows of the demo pointed at the dev split: its f_XTR' row and the
   zero-shot and BM25 rows, nDCG@10 of its record."""
