@@ -376,9 +376,9 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
 
 def test_the_first_aligner_tables_and_table_4_are_their_records():
   """The ALIGNER rows of docs/results.md's first SciFact table (nDCG@10, Recall@100, MRR@10,
-  ScaNN bytes per token, ms/query), the pruning table, the salience-variant table and the k' = 100 table
-  (launch/aligner_tables.py's `row`) from the record that script writes, and Table 4's two
-  examples: each model's rendering, verbatim, from its xtr-show-alignment --record."""
+  ScaNN bytes per token, ms/query), the pruning table, the salience-variant table and the
+  k' = 100 table (launch/aligner_tables.py's `row`) from the record that script writes, and
+  Table 4's two examples: each model's rendering, verbatim, from its xtr-show-alignment --record."""
   record = json.loads((REPO / "docs" / "runs" / "aligner_scifact.json").read_text())
   rows = _rows("## ALIGNER on SciFact (test split)", r"\**ALIGNER-MiniLM .*")
   want = []
