@@ -122,6 +122,21 @@ def test_the_adaptation_table_holds_its_records_numbers():
     cells.append(f"{entry['oracle']['ndcg@10']:.4f} ({entry['oracle']['strategy']})")
     want.append(cells)
   assert _rows("### Adaptation study", r"scifact|nfcorpus") == want
+  # The bullets on 16 shots against 8: folds that keep top-1, and the spread over folds.
+  text = " ".join((REPO / "docs" / "results.md").read_text().split())
+  shots = {name: record[f"{name}/index"]["shots"] for name in ("scifact", "nfcorpus")}
+  kept = {
+      name: [(s["chosen_counts"].get("top_k:1", 0), sum(s["chosen_counts"].values()))
+             for s in (by["8"], by["16"])] for name, by in shots.items()
+  }
+  assert ("more folds keep top-1: {} of {} → {} of {} on SciFact, {} of {} → {} of {} on NFCorpus "
+          "(unpruned)".format(*kept["scifact"][0], *kept["scifact"][1], *kept["nfcorpus"][0],
+                              *kept["nfcorpus"][1])) in text
+  spread = {
+      name: [f"{by[n]['adapted']['std']:.4f}" for n in ("8", "16")] for name, by in shots.items()
+  }
+  assert "it falls on NFCorpus ({} → {} unpruned)".format(*spread["nfcorpus"]) in text
+  assert "rises on SciFact ({} → {}, over".format(*spread["scifact"]) in text
 
 
 def test_the_entropy_lp_table_holds_its_records_numbers():
