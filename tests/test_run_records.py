@@ -176,6 +176,17 @@ def test_the_entropy_lp_solver_table_holds_its_records_numbers():
       assert _printed(text, value), (label, text, value)
 
 
+def test_the_gradient_norms_quoted_for_the_gates_are_their_records():
+  record = json.loads((REPO / "docs" / "runs" / "entropy_lp_study.json").read_text())
+  spans = {}
+  for gate in ("entropy_lp", "relu"):
+    norms = [step["grad_norm"] for step in record[gate]["steps"].values()]
+    spans[gate] = f"{min(norms):.1f}–{max(norms):.1f}"
+  text = " ".join((REPO / "docs" / "results.md").read_text().split())
+  assert (f"gradient norm {spans['entropy_lp']} over the {len(norms)} logged steps against "
+          f"{spans['relu']} for relu") in text
+
+
 def test_the_training_alignment_table_holds_its_records_numbers():
   """Each row: its seeds' count and mean ± sample std, recomputed from the record's runs."""
   record = json.loads((REPO / "docs" / "runs" / "training_alignments.json").read_text())
