@@ -74,6 +74,28 @@ def test_the_tau_table_holds_its_records_numbers():
     assert [c.replace("*", "") for c in cells] == [" / ".join(pair) for pair in want], tau
 
 
+def test_the_tau_sweeps_document_token_rates_are_its_records():
+  """The τ sweep's bullet on term matching per document token (the GR paper's unit): the rates
+  of the lowest and the top IDF bin, from the record."""
+  models = json.loads(
+      (REPO / "docs" / "runs" / "alignment_tau_sweep_scifact.json").read_text())["result"]["models"]
+
+  def ends(model: str, tau: str, kind: str, rate: str, digits: int = 2) -> list[str]:
+    bins = models[f"{model} τ={tau}"]["document_token_term_matching"][kind]["bins"]
+    return [f"{b[rate]:.{digits}f}" for b in (bins[0], bins[-1])]
+
+  bullet = (
+      "the demo's model at τ = 0.05: {} in the lowest of ten equal-count bins, {} in the top; "
+      "at τ = 1: {} and {}), and so does the hard rate ({} to {}; the untuned backbone {} to "
+      "{}). Over all candidate document tokens it falls ({} to {} at τ = 0.01)").format(
+          *ends("XTR", "0.05", "containing", "d→q soft"), *ends("XTR", "1", "containing",
+                                                                "d→q soft"),
+          *ends("XTR", "0.05", "containing", "d→q hard"),
+          *ends("untuned backbone", "0.05", "containing", "d→q hard"),
+          *ends("XTR", "0.01", "candidates", "d→q soft", 3))
+  assert bullet in " ".join((REPO / "docs" / "results.md").read_text().split())
+
+
 @pytest.mark.parametrize("record", sorted((REPO / "docs" / "runs").glob("*.json")),
                          ids=lambda p: p.name)
 def test_every_record_is_linked_from_the_docs(record):
