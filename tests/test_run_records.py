@@ -377,6 +377,13 @@ def test_the_alignment_tables_hold_their_records_numbers():
                               "q→d hard"), tables.by_bin(scifact, "containing", "d→q hard"),
                 tables.low_rank(scifact), tables.rerank(record["results"]["nfcorpus"]["models"])):
     assert table in text, table.splitlines()[2]
+  nfcorpus = record["results"]["nfcorpus"]
+  demo = "XTR 384-d (demo)"
+  assert f"bring the candidates to {nfcorpus['candidates_per_query']:.1f}." in text
+  assert " ".join(
+      f"(rank-1 error {nfcorpus['models'][demo]['low_rank']['d→q']['rank1_error']:.2f} for the "
+      f"demo's model, {scifact[demo]['low_rank']['d→q']['rank1_error']:.2f} on SciFact)".split(
+      )) in " ".join(text.split())
 
 
 def test_the_ablation_tables_hold_their_records_numbers():
