@@ -103,7 +103,7 @@ def test_every_record_is_linked_from_the_docs(record):
   assert f"runs/{record.name}" in docs
 
 
-def test_the_demo_numbers_of_the_readme_are_its_records():
+def test_the_demo_numbers_of_the_readme_and_results_are_its_records():
   xtr = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
   xtr = xtr["results"]["scifact"]["xtr"]
   readme = " ".join((REPO / "README.md").read_text().split())
@@ -112,6 +112,9 @@ def test_the_demo_numbers_of_the_readme_are_its_records():
       r"MRR@10 ([\d.]+); run record", readme)
   assert quoted.groups() == (f"{xtr['ndcg@10']:.4f}", f"{xtr['recall@100']:.4f}",
                              f"{xtr['mrr@10']:.4f}")
+  results = " ".join((REPO / "docs" / "results.md").read_text().split())
+  assert (f"sampled, streamed ScaNN build, {xtr['ndcg@10']:.4f} (R@100 {xtr['recall@100']:.4f}, "
+          f"MRR@10 {xtr['mrr@10']:.4f}; run record") in results
 
 
 def _rows(heading: str, first_cell: str, page: str = "results.md") -> list[list[str]]:
