@@ -117,6 +117,15 @@ def test_the_demo_numbers_of_the_readme_and_results_are_its_records():
           f"MRR@10 {xtr['mrr@10']:.4f}; run record") in results
 
 
+def test_the_smoke_numbers_of_the_readme_are_its_record():
+  record = json.loads((REPO / "docs" / "runs" / "smoke_scifact.json").read_text())
+  readme = " ".join((REPO / "README.md").read_text().split())
+  minutes, seconds = divmod(round(record["wall_s"]), 60)
+  assert (f"test nDCG@10 {record['results']['ndcg@10']:.4f}, against BM25's" in readme and
+          f"commands above took {minutes} min {seconds} s there" in readme)
+  assert record["commands"][0].startswith(".venv/bin/xtr-train --gin_file=gin/runs/smoke.gin")
+
+
 def _rows(heading: str, first_cell: str, page: str = "results.md") -> list[list[str]]:
   """The cells of the table rows under `heading` in docs/`page` (up to the next heading) whose
   first cell matches the regex `first_cell`."""
