@@ -56,14 +56,19 @@ def _rotation(dim: int, seed: int) -> np.ndarray:
 
 
 def _documents(source: reader.TokenIndex, scale: int, noise: float, rotate: bool):
-  """Yields (doc id, [len, D] float32 vectors, original doc or -1): the source's documents, then
-  copies until scale times its tokens, moved by noise, and with `rotate` turned by the random
-  rotation of their copy of the corpus (the copies drawn while the tokens pass the 2nd, 3rd, ...
-  multiple of the source's share one)."""
+  """Yields (doc id, [len, D] float32 vectors, [len] saliences or None, original doc or -1): the
+  source's documents, then copies until scale times its tokens, moved by noise, and with `rotate`
+  turned by the random rotation of their copy of the corpus (the copies drawn while the tokens
+  pass the 2nd, 3rd, ... multiple of the source's share one). Saliences where the source's model
+  has a salience gate (ALIGNER's): a copy keeps its original's."""
+
+  def saliences(docs) -> list:
+    return source.doc_saliences(docs) if source.has_salience else [None] * len(docs)
+
   for start in range(0, source.num_docs, DOCS_PER_CHUNK):
     docs = range(start, min(start + DOCS_PER_CHUNK, source.num_docs))
-    for d, vectors in zip(docs, source.doc_vectors(docs)):
-      yield source.doc_ids[d], vectors, -1
+    for d, vectors, salience in zip(docs, source.doc_vectors(docs), saliences(docs)):
+      yield source.doc_ids[d], vectors, salience, -1
   rng, total = np.random.default_rng(scale), source.num_tokens
   while total < scale * source.num_tokens:
     original = int(rng.integers(source.num_docs))
@@ -71,7 +76,8 @@ def _documents(source: reader.TokenIndex, scale: int, noise: float, rotate: bool
     if rotate:
       vectors = vectors @ _rotation(vectors.shape[1], total // source.num_tokens)
     moved = vectors + rng.normal(0, noise / np.sqrt(vectors.shape[1]), vectors.shape)
-    yield f"copy-{total}", moved / np.linalg.norm(moved, axis=1, keepdims=True), original
+    yield (f"copy-{total}", moved / np.linalg.norm(moved, axis=1, keepdims=True),
+           saliences([original])[0], original)
     total += len(vectors)
 
 
@@ -88,16 +94,20 @@ def write_scale(index_dir: str, out_dir: str, scale: int, noise: float, rotate: 
   """Writes the chunks of the index of `scale`; returns each document's original (-1: real)."""
   source = reader.open_index(index_dir)
   writer = _writer(source, out_dir, scale)
-  chunk, ids, vectors, originals = 0, [], [], []
-  for doc_id, doc_vectors, original in _documents(source, scale, noise, rotate):
-    ids.append(doc_id)
-    vectors.append(doc_vectors)
+  chunk, docs, originals = 0, [], []
+
+  def write() -> None:
+    ids, vectors, saliences = zip(*docs)
+    writer.write_chunk(chunk, ids, vectors, saliences if source.has_salience else None)
+
+  for doc_id, doc_vectors, salience, original in _documents(source, scale, noise, rotate):
+    docs.append((doc_id, doc_vectors, salience))
     originals.append(original)
-    if len(ids) == DOCS_PER_CHUNK:
-      writer.write_chunk(chunk, ids, vectors)
-      chunk, ids, vectors = chunk + 1, [], []
-  if ids:
-    writer.write_chunk(chunk, ids, vectors)
+    if len(docs) == DOCS_PER_CHUNK:
+      write()
+      chunk, docs = chunk + 1, []
+  if docs:
+    write()
   return originals
 
 
