@@ -579,6 +579,27 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
   assert _fastest_section_rows(10) == want
 
 
+def test_the_build_memory_tables_hold_their_records_numbers():
+  """docs/performance.md's tables of benchmarks/build_memory.py with rotated copies (384-d: 1x,
+  2x, 4x; 128-d: 1x, 4x, 16x), row for row from their records."""
+  for name, heading in (("build_memory_rotated", "**Copies that are not near-duplicates**"),
+                        ("build_memory_128", "**16× at 128 dimensions.**")):
+    record = json.loads((REPO / "docs" / "runs" / f"{name}.json").read_text())
+    text = (REPO / "docs" / "performance.md").read_text()
+    section = text[text.index(heading):].split("\n\n|")[1].split("\n\n")[0]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines()[2:]]
+    want = []
+    for row in record["rows"]:
+      near = row["near_duplicate_rate"]
+      want.append([
+          f"{row['scale']}×", f"{row['tokens']:,}", f"{row['num_leaves']:,}",
+          f"{row['build_s']:,.0f}", f"{row['build_peak_rss_mb']:,.0f} MiB",
+          f"{row['scann_bytes_per_token']:.0f}", "—" if near is None else f"{near:.2f}",
+          f"{row['p50_ms']:.1f}", f"{row['recall']:.3f}"
+      ])
+    assert rows == want, name
+
+
 def test_the_fastest_settings_claims_are_their_records():
   """The README's sentence on fastest.gin / fastest_384.gin (ms per query against the default
   settings', the nDCG@10 change, the speed-up over PyLate's retrieve.XTR) and docs/performance.md's
