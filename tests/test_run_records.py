@@ -586,9 +586,12 @@ def test_the_build_memory_tables_hold_their_records_numbers():
                         ("build_memory_128", "**16× at 128 dimensions.**")):
     record = json.loads((REPO / "docs" / "runs" / f"{name}.json").read_text())
     text = (REPO / "docs" / "performance.md").read_text()
-    section = text[text.index(heading):].split("\n\n|")[1].split("\n\n")[0]
-    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines()[2:]]
-    want = []
+    section = re.split(r"\n\n(?:###|\*\*)", text[text.index(heading):])[0]
+    tables = [[[c.strip()
+                for c in line.split("|")[1:-1]]
+               for line in table.split("\n\n")[0].splitlines()[2:]]
+              for table in section.split("\n\n|")[1:]]
+    want, by_leaves = [], []
     for row in record["rows"]:
       near = row["near_duplicate_rate"]
       want.append([
@@ -597,7 +600,11 @@ def test_the_build_memory_tables_hold_their_records_numbers():
           f"{row['scann_bytes_per_token']:.0f}", "—" if near is None else f"{near:.2f}",
           f"{row['p50_ms']:.1f}", f"{row['recall']:.3f}"
       ])
-    assert rows == want, name
+      if "by_leaves" in row:
+        by_leaves.append(
+            [f"{row['scale']}×"] +
+            [f"{r['p50_ms']:.1f} / {r['recall']:.3f}" for r in [row, *row["by_leaves"]]])
+    assert tables == ([want, by_leaves] if by_leaves else [want]), name
 
 
 def test_the_fastest_settings_claims_are_their_records():
