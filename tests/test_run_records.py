@@ -61,7 +61,7 @@ def _tau_table() -> dict[str, list[str]]:
 
 
 def test_the_tau_table_holds_its_records_numbers():
-  record = json.loads((REPO / "docs" / "runs" / "alignment_tau_sweep_scifact.json").read_text())
+  record = _record("alignment_tau_sweep_scifact")
   models = record["result"]["models"]
   table = _tau_table()
   assert [float(t) for t in table] == record["result"]["settings"]["temperatures"]
@@ -104,7 +104,7 @@ def test_every_record_is_linked_from_the_docs(record):
 
 
 def test_the_demo_numbers_of_the_readme_and_results_are_its_records():
-  xtr = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
+  xtr = _record("demo_scifact")
   xtr = xtr["results"]["scifact"]["xtr"]
   readme = " ".join((REPO / "README.md").read_text().split())
   quoted = re.search(
@@ -118,12 +118,17 @@ def test_the_demo_numbers_of_the_readme_and_results_are_its_records():
 
 
 def test_the_smoke_numbers_of_the_readme_are_its_record():
-  record = json.loads((REPO / "docs" / "runs" / "smoke_scifact.json").read_text())
+  record = _record("smoke_scifact")
   readme = " ".join((REPO / "README.md").read_text().split())
   minutes, seconds = divmod(round(record["wall_s"]), 60)
   assert (f"test nDCG@10 {record['results']['ndcg@10']:.4f}, against BM25's" in readme and
           f"commands above took {minutes} min {seconds} s there" in readme)
   assert record["commands"][0].startswith(".venv/bin/xtr-train --gin_file=gin/runs/smoke.gin")
+
+
+def _record(name: str):
+  """docs/runs/`name`.json."""
+  return json.loads((REPO / "docs" / "runs" / f"{name}.json").read_text())
 
 
 def _rows(heading: str, first_cell: str, page: str = "results.md") -> list[list[str]]:
@@ -140,7 +145,7 @@ def _rows(heading: str, first_cell: str, page: str = "results.md") -> list[list[
 
 
 def test_the_adaptation_table_holds_its_records_numbers():
-  record = json.loads((REPO / "docs" / "runs" / "aligner_adaptation.json").read_text())
+  record = _record("aligner_adaptation")
   labels = {"index": "100 %", "index_d0.4": "40 %", "index_d0.2": "20 %"}
   want = []
   for key, entry in record.items():
@@ -174,7 +179,7 @@ def test_the_adaptation_table_holds_its_records_numbers():
 
 
 def test_the_entropy_lp_table_holds_its_records_numbers():
-  record = json.loads((REPO / "docs" / "runs" / "entropy_lp_study.json").read_text())
+  record = _record("entropy_lp_study")
   rows = _rows("### Why the entropy-LP gate trains worse here", r"(?!run$)[a-z_0-9.]+")
   assert [row[0] for row in rows] == list(record)
   for row, run in zip(rows, record.values()):
@@ -194,7 +199,7 @@ def _printed(text: str, value: float) -> bool:
 def test_the_entropy_lp_solver_table_holds_its_records_numbers():
   """docs/results.md's table of the gate's solver on real inputs is
   docs/runs/entropy_lp_solver.json, each value to its printed digits."""
-  record = json.loads((REPO / "docs" / "runs" / "entropy_lp_solver.json").read_text())
+  record = _record("entropy_lp_solver")
   rows = _rows("### Why the entropy-LP gate trains worse here", r"(trained|initialization), .*")
   inputs = {"trained": "trained relu heads", "initialization": "heads at initialization"}
   assert len(rows) == 5
@@ -211,7 +216,7 @@ def test_the_entropy_lp_solver_table_holds_its_records_numbers():
 
 
 def test_the_gradient_norms_quoted_for_the_gates_are_their_records():
-  record = json.loads((REPO / "docs" / "runs" / "entropy_lp_study.json").read_text())
+  record = _record("entropy_lp_study")
   spans = {}
   for gate in ("entropy_lp", "relu"):
     norms = [step["grad_norm"] for step in record[gate]["steps"].values()]
@@ -223,7 +228,7 @@ def test_the_gradient_norms_quoted_for_the_gates_are_their_records():
 
 def test_the_training_alignment_table_holds_its_records_numbers():
   """Each row: its seeds' count and mean ± sample std, recomputed from the record's runs."""
-  record = json.loads((REPO / "docs" / "runs" / "training_alignments.json").read_text())
+  record = _record("training_alignments")
   rows = _rows("### Training alignments compared", r"(?!run$)[a-z_0-9.]+")
   assert [row[0] for row in rows] == list(record["table"])
   for row in rows:
@@ -238,7 +243,7 @@ def test_the_training_alignment_table_holds_its_records_numbers():
 def test_the_h200_train_step_table_holds_its_records_numbers():
   """MFU recomputed from the record's step times: the FLOPs of XTR-base's step, counted now by
   `throughput.step_cost` (T5 v1.1 base, bfloat16), over the H200's dense bf16 peak."""
-  record = json.loads((REPO / "docs" / "runs" / "train_step_h200.json").read_text())
+  record = _record("train_step_h200")
   model, _, _ = retrieval_setup.parse_model_file(
       "gin/models/t5_1_1_base.gin", f"T5_SPM_PATH = '{REPO / 'data/vocab/t5/spiece.model'}'",
       "t5.T5Config.dtype = 'bfloat16'")
@@ -261,7 +266,7 @@ def test_the_h200_train_step_table_holds_its_records_numbers():
 def test_the_h200_device_search_table_holds_its_records_numbers():
   """Each row of docs/performance.md's H200 table is a row of its record, and each approximate
   row's bin width is `device.bin_width`'s for its corpus."""
-  runs = json.loads((REPO / "docs" / "runs" / "device_search_h200.json").read_text())["runs"]
+  runs = _record("device_search_h200")["runs"]
   exact, binned = runs["exact_dtypes"], runs["recall_targets"]
   chosen = [(exact, "1x", "float32", None), (exact, "1x", "int8", None),
             *((binned, "1x", "bfloat16", t) for t in (None, 0.99, 0.95)),
@@ -293,7 +298,7 @@ def test_the_h200_wider_bins_and_peers_tables_hold_their_records_numbers():
   """docs/performance.md's 16x rows with blocks of 1,048,576 tokens (bin widths and the formula's
   recall from `device.bin_width`) and its table of xtr, WARP and fast-plaid on one GPU are rows of
   docs/runs/device_peers_h200.json."""
-  runs = json.loads((REPO / "docs" / "runs" / "device_peers_h200.json").read_text())["runs"]
+  runs = _record("device_peers_h200")["runs"]
   text = (REPO / "docs" / "performance.md").read_text()
   wide = [[c.strip()
            for c in line.split("|")[1:-1]]
@@ -343,7 +348,7 @@ def test_the_h200_wider_bins_and_peers_tables_hold_their_records_numbers():
 def test_the_h200_16x_peers_table_holds_its_records_numbers():
   """docs/performance.md's table of xtr, WARP and fast-plaid at 16x on one GPU is run 4 of
   docs/runs/device_peers_h200.json, row for row."""
-  run = json.loads((REPO / "docs" / "runs" / "device_peers_h200.json").read_text())["runs"]["run4"]
+  run = _record("device_peers_h200")["runs"]["run4"]
   want = []
   for part in ("xtr_16x_exact", "xtr_16x", "xtr_16x_k16000"):
     for row in run[part]["rows"]:
@@ -379,7 +384,7 @@ def test_the_h200_16x_peers_table_holds_its_records_numbers():
 def test_the_alignment_tables_hold_their_records_numbers():
   """The alignment analysis's tables, rebuilt from the record by launch/alignment_tables.py, stand
   in docs/results.md as they are."""
-  record = json.loads((REPO / "docs" / "runs" / "alignment_analysis_scifact.json").read_text())
+  record = _record("alignment_analysis_scifact")
   tables = _launch_script("alignment_tables")
   scifact = record["results"]["scifact"]["models"]
   text = (REPO / "docs" / "results.md").read_text()
@@ -401,7 +406,7 @@ def test_the_alignment_tables_hold_their_records_numbers():
 def test_the_ablation_tables_hold_their_records_numbers():
   """The four tables of "The paper's ablations", rebuilt from their record by
   launch/ablation_tables.py, stand in docs/results.md as they are, every cell measured."""
-  record = json.loads((REPO / "docs" / "runs" / "scifact_ablations.json").read_text())
+  record = _record("scifact_ablations")
   text = (REPO / "docs" / "results.md").read_text()
   for title, table in _launch_script("ablation_tables").tables(record).items():
     assert "—" not in table and table in text, title
@@ -411,7 +416,7 @@ def test_the_dev_tuning_rows_hold_their_records_numbers():
   """The seven recipes of launch/scifact_dev_tuning.sh: their rows of the dev-tuning table,
   rebuilt from the record by launch/ablation_tables.py, stand in docs/results.md as they are
   (bold aside), every cell measured."""
-  record = json.loads((REPO / "docs" / "runs" / "scifact_dev_tuning.json").read_text())
+  record = _record("scifact_dev_tuning")
   rows = _launch_script("ablation_tables").dev_table(record).splitlines()[2:]
   section = (REPO / "docs" / "results.md").read_text().split("### Tuning on a dev split")[1]
   assert len(rows) == 7
@@ -422,7 +427,7 @@ def test_the_dev_tuning_rows_hold_their_records_numbers():
 def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
   """ALIGNER on NFCorpus: the two top-1 rows (launch/aligner_tables.py's `row`), every
   strategy's nDCG@10 and the few-shot result, from the record."""
-  record = json.loads((REPO / "docs" / "runs" / "aligner_nfcorpus.json").read_text())
+  record = _record("aligner_nfcorpus")
   tables = _launch_script("aligner_tables")
   heading = "### A second BEIR set: NFCorpus, zero-shot"
   rows = _rows(heading, r"top-1, .*")
@@ -446,7 +451,7 @@ def test_the_first_aligner_tables_and_table_4_are_their_records():
   ScaNN bytes per token, ms/query), the pruning table, the salience-variant table and the
   k' = 100 table (launch/aligner_tables.py's `row`) from the record that script writes, and
   Table 4's two examples: each model's rendering, verbatim, from its xtr-show-alignment --record."""
-  record = json.loads((REPO / "docs" / "runs" / "aligner_scifact.json").read_text())
+  record = _record("aligner_scifact")
   rows = _rows("## ALIGNER on SciFact (test split)", r"\**ALIGNER-MiniLM .*")
   want = []
   for model in ("relu", "entropy_lp"):
@@ -488,7 +493,7 @@ def test_the_first_aligner_tables_and_table_4_are_their_records():
   ]
   text = (REPO / "docs" / "results.md").read_text()
   for model in ("entropy_lp", "relu"):
-    example = json.loads((REPO / "docs" / "runs" / f"aligner_example_{model}.json").read_text())
+    example = _record(f"aligner_example_{model}")
     assert example["results"]["query_id"] == "148"
     assert f"--checkpoint=runs/aligner/{model} " in example["command"] + " "
     assert example["results"]["rendering"].strip() in text
@@ -498,12 +503,12 @@ def test_the_demo_table_rows_are_their_records():
   """The demo table's rows (nDCG@10, Recall@100, MRR@10, ms/query): XTR-MiniLM from the
   ablations' record (`xtr_k1024`, the recipe), the zero-shot rows from `make demo`'s record."""
   metrics = ("ndcg@10", "recall@100", "mrr@10")
-  ablation = json.loads((REPO / "docs" / "runs" / "scifact_ablations.json").read_text())
+  ablation = _record("scifact_ablations")
   xtr = ablation["evaluations"]["xtr_k1024"]["xtr"]
   (xtr_row,) = _rows("## The demo:", r"\*\*XTR-MiniLM .*")
   assert [cell.strip("*") for cell in xtr_row[1:]
          ] == [f"{xtr[m]:.4f}" for m in metrics] + [f"{xtr['latency_ms_per_query']['mean']:.1f}"]
-  results = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
+  results = _record("demo_scifact")
   results = results["results"]["scifact"]
   rows = _rows("## The demo:", r"(BM25|MiniLM) .*")
   assert [row[1:] for row in rows
@@ -538,7 +543,7 @@ def test_the_fastest_settings_are_the_dev_splits_choice(model, gin_file):
   """gin/scann/fastest*.gin are what the dev-split rule picks from its record (the fastest
   setting within 0.002 nDCG@10 of the default settings at 100 leaves), and the dev table holds
   the record's rows, one per setting with the leaves searched joined by " / "."""
-  rows = json.loads((REPO / "docs" / "runs" / f"scann_dev_{model}.json").read_text())["rows"]
+  rows = _record(f"scann_dev_{model}")["rows"]
   settings = ("leaves_factor", "dims_per_block", "hash_type", "anisotropic_quantization_threshold")
   groups = {}
   for row in rows:
@@ -570,7 +575,7 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
   benchmarks/engines.py records, in their order."""
   want = []
   for model in ("384", "128"):
-    record = json.loads((REPO / "docs" / "runs" / f"engines_fastest_{model}.json").read_text())
+    record = _record(f"engines_fastest_{model}")
     want += [[
         f"{model}-d", f"`{r['engine']}`", f"{r['ndcg@10']:.4f}", f"{r['recall@100']:.4f}",
         f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}", f"{r['queries_per_s']:.1f}",
@@ -584,7 +589,7 @@ def test_the_build_memory_tables_hold_their_records_numbers():
   2x, 4x; 128-d: 1x, 4x, 16x), row for row from their records."""
   for name, heading in (("build_memory_rotated", "**Copies that are not near-duplicates**"),
                         ("build_memory_128", "**16× at 128 dimensions.**")):
-    record = json.loads((REPO / "docs" / "runs" / f"{name}.json").read_text())
+    record = _record(name)
     text = (REPO / "docs" / "performance.md").read_text()
     section = re.split(r"\n\n(?:###|\*\*)", text[text.index(heading):])[0]
     tables = [[[c.strip()
@@ -613,7 +618,7 @@ def test_the_fastest_settings_claims_are_their_records():
   verdicts on issue 32's goal, from the two benchmarks/engines.py records."""
   engines = {}
   for model in ("128", "384"):
-    record = json.loads((REPO / "docs" / "runs" / f"engines_fastest_{model}.json").read_text())
+    record = _record(f"engines_fastest_{model}")
     engines[model] = {r["engine"]: r for r in record["rows"]}
   fast128, base128 = engines["128"]["fastest"], engines["128"]["xtr"]
   fast384, base384 = engines["384"]["fastest384"], engines["384"]["xtr"]
@@ -642,7 +647,7 @@ def test_the_fastest_settings_claims_are_their_records():
 def test_the_dev_split_baseline_rows_are_the_dev_demos_record():
   """The dev-tuning table's rows of the demo pointed at the dev split: its f_XTR' row and the
   zero-shot and BM25 rows, nDCG@10 of its record."""
-  results = json.loads((REPO / "docs" / "runs" / "demo_scifact_dev.json").read_text())
+  results = _record("demo_scifact_dev")
   results = results["results"]["scifact_dev"]
   rows = _rows("### Tuning on a dev split", r"(the demo's recipe|all-MiniLM|BM25).*")
   ndcg = {name: f"{metrics['ndcg@10']:.4f}" for name, metrics in results.items()}
@@ -655,7 +660,7 @@ def test_the_generalization_rows_hold_their_records_numbers():
   """"Generalization": §1's rows of our systems, rebuilt from the record by
   launch/generalization_bars.py; §3's measured bars and the README's demo table (SciFact and
   NFCorpus; SciFact's ms/query), the demo's run in the same record."""
-  record = json.loads((REPO / "docs" / "runs" / "generalization_bars.json").read_text())
+  record = _record("generalization_bars")
   text = (REPO / "docs" / "results.md").read_text()
   problem = text.split("### 1. The problem in the project's own terms")[1].split("\n#")[0]
   for row in _launch_script("generalization_bars").rows(record):
@@ -679,7 +684,7 @@ def test_the_generalization_rows_hold_their_records_numbers():
 def test_the_aligner_tables_xtr_and_colbert_rows_are_the_ablations_record():
   """"ALIGNER on SciFact": the XTR and T5-ColBERT twin rows (nDCG@10, Recall@100, MRR@10,
   ScaNN bytes per token, ms/query) are the ablations' `xtr_k1024` and `colbert` evaluations."""
-  record = json.loads((REPO / "docs" / "runs" / "scifact_ablations.json").read_text())
+  record = _record("scifact_ablations")
   rows = _rows("## ALIGNER on SciFact", r"(XTR-MiniLM|T5-ColBERT twin) .*")
   want = []
   for model, scoring in (("xtr_k1024", "xtr"), ("colbert", "colbert")):
@@ -695,9 +700,9 @@ def test_the_strategy_rows_and_few_shot_results_are_their_records():
   """"Alignment strategies (Table 3 analog)": the relu model's row of strategies and its 8-shot
   result are the adaptation study's unpruned SciFact entry; the entropy_lp model's are its
   xtr-adapt-alignment report in the first ALIGNER table's record."""
-  relu = json.loads((REPO / "docs" / "runs" / "aligner_adaptation.json").read_text())
+  relu = _record("aligner_adaptation")
   relu = relu["scifact/index"]
-  entropy_lp = json.loads((REPO / "docs" / "runs" / "aligner_scifact.json").read_text())
+  entropy_lp = _record("aligner_scifact")
   entropy_lp = entropy_lp["entropy_lp/adapt"]
   assert entropy_lp["checkpoint"] == "runs/aligner/entropy_lp" and entropy_lp["shots"] == 8
   assert entropy_lp["oracle"] == entropy_lp["default"]
@@ -720,9 +725,9 @@ def test_the_strategy_rows_and_few_shot_results_are_their_records():
 def test_the_quality_goal_rows_are_their_records():
   """The quality-goal table: zero-shot MaxSim from `make demo`'s record, every trained recipe's
   f_XTR' from the ablations' record (the first recipe included)."""
-  evaluations = json.loads((REPO / "docs" / "runs" / "scifact_ablations.json").read_text())
+  evaluations = _record("scifact_ablations")
   evaluations = evaluations["evaluations"]
-  demo = json.loads((REPO / "docs" / "runs" / "demo_scifact.json").read_text())
+  demo = _record("demo_scifact")
   rows = _rows("## Quality goal", r"(\*\*)?(zero-shot|f_XTR|f_ColBERT).*")
   want = [demo["results"]["scifact"]["minilm_maxsim"]["ndcg@10"]] + [
       evaluations[model]["xtr"]["ndcg@10"]
@@ -735,7 +740,7 @@ def test_the_generalization_study_tables_are_their_record():
   """"Generalization": the 0-step table, whole, and every measured row of the study's tables
   (launch/generalization.py's `tables`), from the study's record; each report names the split it
   was measured on by the data's digest."""
-  record = json.loads((REPO / "docs" / "runs" / "generalization_study.json").read_text())
+  record = _record("generalization_study")
   study = _launch_script("generalization")
   text = (REPO / "docs" / "results.md").read_text().split("## Generalization")[1]
   zero, *trained = study.tables(record).values()
