@@ -2,6 +2,7 @@
 
   .venv/bin/python benchmarks/build_memory.py INDEX_DIR CHECKPOINT DATA_DIR OUT_DIR \
       [--scales=1,2,4] [--noise=0.3] [--rotate] [--num_leaves=1000000] [--leaves_to_search=200,400]
+      [--reorder_k=4000 --reorder_type=int8]
 
 INDEX_DIR is a complete index with stored vectors (e.g. SciFact's, `xtr-export
 --store_vectors=float16`). For scale s, OUT_DIR/s{s} is an index of s times its tokens: its
@@ -15,7 +16,9 @@ built by a fresh one that does nothing else (`IndexWriter.finalize`, as `xtr-exp
 encoding): its peak RSS is that process's, imports included, beside its RSS when the build
 started.
 ScaNN's settings are the defaults but `num_leaves` (default here: no cap, so the tree keeps √T
-leaves and each query token scans ~100·√T tokens). Then the test
+leaves and each query token scans ~100·√T tokens) and, if given, reordering (`ScannConfig.reorder_k`
+and `reorder_type`: each query token's best `reorder_k` by AH codes rescored with the vectors ScaNN
+keeps, which the build's memory then includes). Then the test
 queries' tokens search it (k' = 1000, one thread): median ms per query and the recall of the
 exact top-k' over the first 10 queries' tokens, as built and with each --leaves_to_search. Rows go
 to OUT_DIR/build_memory.json with the fitted exponents of search time and peak RSS against
@@ -114,13 +117,13 @@ def write_scale(index_dir: str, out_dir: str, scale: int, noise: float, rotate: 
   return originals
 
 
-def build_scale(index_dir: str, out_dir: str, scale: int, num_leaves: int) -> dict:
+def build_scale(index_dir: str, out_dir: str, scale: int, config: scann.ScannConfig) -> dict:
   """Builds ScaNN over the written chunks of `scale`, in a process that did nothing else: its
   peak RSS is the process's (imports included) while it builds."""
   writer = _writer(reader.open_index(index_dir), out_dir, scale)
   before = _status_mb("VmRSS")
   start = time.perf_counter()
-  built = writer.finalize(scann.ScannConfig(num_leaves=num_leaves))
+  built = writer.finalize(config)
   return {
       "scale": scale,
       "tokens": built["num_tokens"],
@@ -191,6 +194,8 @@ def main() -> None:
   parser.add_argument("--num_leaves", type=int, default=1_000_000)
   parser.add_argument("--rotate", action="store_true",
                       help="turn each copy of the corpus by a random rotation of its own")
+  parser.add_argument("--reorder_k", type=int, default=0)
+  parser.add_argument("--reorder_type", default="float32", help="float32, bfloat16 or int8")
   parser.add_argument("--leaves_to_search", default="",
                       help="Also search with these numbers of leaves (comma-separated).")
   parser.add_argument("--write", type=int, help="Internal: write this scale's chunks.")
@@ -198,7 +203,10 @@ def main() -> None:
   args = parser.parse_args()
   internal_steps = {
       "write": lambda scale, out: write_scale(args.index, out, scale, args.noise, args.rotate),
-      "build": lambda scale, out: build_scale(args.index, out, scale, args.num_leaves)
+      "build": lambda scale, out: build_scale(
+          args.index, out, scale,
+          scann.ScannConfig(num_leaves=args.num_leaves, reorder_k=args.reorder_k,
+                            reorder_type=args.reorder_type))
   }
   for step, run in internal_steps.items():
     if getattr(args, step):

@@ -22,6 +22,7 @@ from typing import Any
 from absl import logging
 import gin
 import numpy as np
+from scann.scann_ops.py import scann_builder
 from scann.scann_ops.py import scann_ops_pybind
 
 from xtr import io
@@ -29,6 +30,11 @@ from xtr.index import files
 
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
 UPSERT_ROWS = 65536  # Tokens converted to float32 and added to ScaNN at a time.
+_REORDER_TYPES = {
+    "float32": scann_builder.ReorderType.FLOAT32,
+    "bfloat16": scann_builder.ReorderType.BFLOAT16,
+    "int8": scann_builder.ReorderType.INT8
+}
 
 
 @gin.configurable
@@ -56,7 +62,10 @@ class ScannConfig:
     hash_type: "lut16" (16 centers per block, searched with in-register lookup tables) or
       "lut256" (256 centers per block: more accurate codes of the same size, slower lookups).
     anisotropic_quantization_threshold: AH score-aware quantization threshold (ScaNN's eta).
-    reorder_k: if > 0, rescore this many AH candidates exactly (ScaNN stores float32 vectors).
+    reorder_k: if > 0, rescore this many AH candidates per query token with the vectors that
+      ScaNN keeps for it (`reorder_type`), and return the best k of them.
+    reorder_type: how ScaNN keeps the vectors it rescores with: "float32" (4 bytes per dimension,
+      exact), "bfloat16" (2) or "int8" (1, ScaNN's fixed point with a scale per dimension).
     training_threads: threads that train and assign the partitions; 1 (the default) makes the
       build byte-for-byte reproducible, so that a resumed or repaired export equals an
       uninterrupted one; 0 uses every core (SciFact's 1.24M tokens on 2 cores: 65 s against
@@ -70,7 +79,13 @@ class ScannConfig:
   hash_type: str = "lut16"
   anisotropic_quantization_threshold: float = 0.1
   reorder_k: int = 0
+  reorder_type: str = "float32"
   training_threads: int = 1
+
+  def __post_init__(self):
+    if self.reorder_type not in _REORDER_TYPES:
+      raise ValueError(f"ScannConfig.reorder_type {self.reorder_type!r} is not one of "
+                       f"{sorted(_REORDER_TYPES)}")
 
 
 def settings(config: ScannConfig, num_tokens: int) -> dict[str, Any]:
@@ -171,7 +186,7 @@ def _build(vectors: np.ndarray, config: ScannConfig,
       anisotropic_quantization_threshold=config.anisotropic_quantization_threshold,
       hash_type=config.hash_type)
   if config.reorder_k:
-    builder = builder.reorder(config.reorder_k)
+    builder = builder.reorder(config.reorder_k, _REORDER_TYPES[config.reorder_type])
   return builder.build()
 
 
