@@ -1,8 +1,9 @@
 """Times `xtr.models.attention.dot_product_attention` (heads-major batched matmuls) against the same
 attention written as einsums over [B, L, H, D], in one run, on MiniLM's export shapes.
 
-  .venv/bin/python benchmarks/attention_layout.py
+  .venv/bin/python benchmarks/attention_layout.py [--record=PATH]   (PATH: a run record)
 """
+import argparse
 import math
 import time
 
@@ -10,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xtr import io
+from xtr.evaluation import run_record
 from xtr.models import attention
 
 BATCH, LENGTH, HEADS, HEAD_DIM = 32, 256, 12, 32  # all-MiniLM-L6-v2 on a [32, 256] batch.
@@ -34,6 +37,9 @@ def best_of(fn, *args, repeats=10) -> float:
 
 
 def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--record", help="write the times to this run record (JSON)")
+  args = parser.parse_args()
   rng = np.random.default_rng(0)
   q, k, v = (jnp.asarray(rng.standard_normal((BATCH, LENGTH, HEADS, HEAD_DIM)), jnp.float32)
              for _ in range(3))
@@ -45,6 +51,13 @@ def main():
   new, old = best_of(heads_major, q, k, v, bias), best_of(einsum, q, k, v, bias)
   print(f"{jax.devices()[0].platform}, [B={BATCH}, L={LENGTH}, H={HEADS}, D={HEAD_DIM}]: "
         f"heads-major {new:.1f} ms, einsum {old:.1f} ms, ratio {old / new:.2f}x")
+  if args.record:
+    io.write_results(args.record, run_record.record({
+        "platform": jax.devices()[0].platform,
+        "shape": {"batch": BATCH, "length": LENGTH, "heads": HEADS, "head_dim": HEAD_DIM},
+        "heads_major_ms": new,
+        "einsum_ms": old
+    }, [], "test"))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@
       docs/results.md's tables (Markdown, on stdout) from what has been measured ("—": not yet);
       --record writes the run record of every measurement ({"<model>/<SET>": report}, e.g.
       "zero/pca_128/scifact_test", "scifact_d384/wise_ft_0.7/nfcorpus_dev"), from which
-      tests/test_run_records.py rebuilds the tables with `tables`.
+      tests/test_run_records.py rebuilds the tables with `tables`, and the size of each model's
+      exported index ({"<model>/index": {"num_tokens": T, "bytes": {kind: bytes}}}, kinds as
+      `xtr.index.files.bytes_by_kind`).
 
 Each report is the metrics with the run's provenance (xtr.evaluation.run_record). SETs:
 scifact_dev (the 162 queries of launch/generalization.sh's carved SciFact dev split),
@@ -33,6 +35,7 @@ from xtr import cli
 from xtr import io
 from xtr.evaluation import beir_eval
 from xtr.evaluation import run_record
+from xtr.index import files
 from xtr.models import encoding
 from xtr.retrieval import ranker
 
@@ -163,7 +166,8 @@ def projections(out_dir: str, set_names: list[str], checkpoints: list[str]) -> N
 
 
 def collect(out_dir: str) -> dict[str, dict]:
-  """{"<model>/<SET>": report} of every measurement under `out_dir`."""
+  """{"<model>/<SET>": report} of every measurement under `out_dir`, and {"<model>/index": size}
+  of every model's exported index."""
   record = {}
   for model in {*ZERO.values(), *TRAINED_ON_SCIFACT.values(), *TRAINED_ON_NFCORPUS.values()}:
     for name in SETS:
@@ -171,6 +175,13 @@ def collect(out_dir: str) -> dict[str, dict]:
       if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
           record[f"{model}/{name}"] = json.load(f)
+    index = os.path.join(out_dir, model, "index")
+    if os.path.exists(os.path.join(index, files.MANIFEST)):
+      manifest = files.complete_manifest(index)
+      record[f"{model}/index"] = {
+          "num_tokens": manifest["num_tokens"],
+          "bytes": files.bytes_by_kind(manifest)
+      }
   return dict(sorted(record.items()))
 
 

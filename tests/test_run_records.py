@@ -93,7 +93,7 @@ def test_the_tau_sweeps_document_token_rates_are_its_records():
           *ends("XTR", "0.05", "containing", "d→q hard"),
           *ends("untuned backbone", "0.05", "containing", "d→q hard"),
           *ends("XTR", "0.01", "candidates", "d→q soft", 3))
-  assert bullet in " ".join((REPO / "docs" / "results.md").read_text().split())
+  assert bullet in _prose("docs/results.md")
 
 
 @pytest.mark.parametrize("record", sorted((REPO / "docs" / "runs").glob("*.json")),
@@ -106,24 +106,30 @@ def test_every_record_is_linked_from_the_docs(record):
 def test_the_demo_numbers_of_the_readme_and_results_are_its_records():
   xtr = _record("demo_scifact")
   xtr = xtr["results"]["scifact"]["xtr"]
-  readme = " ".join((REPO / "README.md").read_text().split())
+  readme = _prose("README.md")
   quoted = re.search(
       r"`make demo` now scores \*\*([\d.]+)\*\* nDCG@10 \(R@100 ([\d.]+), "
       r"MRR@10 ([\d.]+); run record", readme)
   assert quoted.groups() == (f"{xtr['ndcg@10']:.4f}", f"{xtr['recall@100']:.4f}",
                              f"{xtr['mrr@10']:.4f}")
-  results = " ".join((REPO / "docs" / "results.md").read_text().split())
+  results = _prose("docs/results.md")
   assert (f"sampled, streamed ScaNN build, {xtr['ndcg@10']:.4f} (R@100 {xtr['recall@100']:.4f}, "
           f"MRR@10 {xtr['mrr@10']:.4f}; run record") in results
 
 
 def test_the_smoke_numbers_of_the_readme_are_its_record():
   record = _record("smoke_scifact")
-  readme = " ".join((REPO / "README.md").read_text().split())
+  readme = _prose("README.md")
   minutes, seconds = divmod(round(record["wall_s"]), 60)
   assert (f"test nDCG@10 {record['results']['ndcg@10']:.4f}, against BM25's" in readme and
           f"commands above took {minutes} min {seconds} s there" in readme)
   assert record["commands"][0].startswith(".venv/bin/xtr-train --gin_file=gin/runs/smoke.gin")
+
+
+def _prose(page: str) -> str:
+  """The text of `page` (relative to the repository) with each run of whitespace made one space,
+  so that a sentence matches wherever its lines break."""
+  return " ".join((REPO / page).read_text().split())
 
 
 def _record(name: str):
@@ -162,7 +168,7 @@ def test_the_adaptation_table_holds_its_records_numbers():
     want.append(cells)
   assert _rows("### Adaptation study", r"scifact|nfcorpus") == want
   # The bullets on 16 shots against 8: folds that keep top-1, and the spread over folds.
-  text = " ".join((REPO / "docs" / "results.md").read_text().split())
+  text = _prose("docs/results.md")
   shots = {name: record[f"{name}/index"]["shots"] for name in ("scifact", "nfcorpus")}
   kept = {
       name: [(s["chosen_counts"].get("top_k:1", 0), sum(s["chosen_counts"].values()))
@@ -221,7 +227,7 @@ def test_the_gradient_norms_quoted_for_the_gates_are_their_records():
   for gate in ("entropy_lp", "relu"):
     norms = [step["grad_norm"] for step in record[gate]["steps"].values()]
     spans[gate] = f"{min(norms):.1f}–{max(norms):.1f}"
-  text = " ".join((REPO / "docs" / "results.md").read_text().split())
+  text = _prose("docs/results.md")
   assert (f"gradient norm {spans['entropy_lp']} over the {len(norms)} logged steps against "
           f"{spans['relu']} for relu") in text
 
@@ -629,7 +635,7 @@ def test_the_fastest_settings_claims_are_their_records():
       f"−{base384['ndcg@10'] - fast384['ndcg@10']:.3f}, and "
       f"{engines['384']['pylate_xtr_k1000']['p50_ms'] / fast384['p50_ms']:.1f}× faster than "
       "PyLate's `retrieve.XTR` there")
-  assert sentence in " ".join((REPO / "README.md").read_text().split())
+  assert sentence in _prose("README.md")
   pylate128, warp128 = engines["128"]["pylate_xtr_k1000"], engines["128"]["warp"]
   pylate384, warp384 = engines["384"]["pylate_xtr_k1000"], engines["384"]["warp"]
   goals = (
@@ -639,7 +645,7 @@ def test_the_fastest_settings_claims_are_their_records():
       f"`fastest.gin` is {pylate128['p50_ms'] / fast128['p50_ms']:.1f}× faster than PyLate "
       f"({fast128['p50_ms']:.1f} against {pylate128['p50_ms']:.1f} ms) and "
       f"{warp128['p50_ms'] / fast128['p50_ms']:.1f}× faster than WARP")
-  performance = " ".join((REPO / "docs" / "performance.md").read_text().split())
+  performance = _prose("docs/performance.md")
   for goal in goals:
     assert goal in performance, goal
 
