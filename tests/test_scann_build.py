@@ -30,10 +30,11 @@ def _recall(searcher, vectors: np.ndarray, queries: np.ndarray, k: int) -> float
 
 
 def test_sample_rows_are_seeded_distinct_and_increasing():
-  rows = scann._sample_rows(100_000, 1000)
+  rows = scann._sample_rows(100_000, 1000, 0)
   assert len(np.unique(rows)) == 1000 and np.all(np.diff(rows) > 0)
-  np.testing.assert_array_equal(rows, scann._sample_rows(100_000, 1000))
-  np.testing.assert_array_equal(scann._sample_rows(50, 1000), np.arange(50))
+  np.testing.assert_array_equal(rows, scann._sample_rows(100_000, 1000, 0))
+  assert len(np.intersect1d(rows, scann._sample_rows(100_000, 1000, 1))) < 100
+  np.testing.assert_array_equal(scann._sample_rows(50, 1000, 1), np.arange(50))
 
 
 def test_gather_rows_reads_the_rows_of_the_concatenated_chunks():
@@ -73,6 +74,20 @@ def test_streamed_build_is_deterministic():
   for a, b in zip(scann_search.search(first.searcher, queries, 20, 0, None, 1),
                   scann_search.search(second.searcher, queries, 20, 0, None, 1)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_another_sample_seed_is_another_build_of_the_same_recall():
+  vectors = _clustered(6000, 32)
+  queries = _clustered(200, 32, seed=1).astype(np.float32)
+  recalls, scores = [], []
+  for seed in (0, 1):
+    config = scann.ScannConfig(num_leaves=60, num_leaves_to_search=20, training_sample_size=3000,
+                               sample_seed=seed)
+    searcher, built = scann.build(lambda: [vectors], len(vectors), config)
+    assert built["sample_seed"] == seed
+    recalls.append(_recall(searcher, vectors, queries, 50))
+    scores.append(scann_search.search(searcher.searcher, queries, 50, 0, None, 1)[1])
+  assert not np.array_equal(*scores) and abs(recalls[0] - recalls[1]) < 0.05, recalls
 
 
 def _build_peak(vectors: np.ndarray, chunks: int) -> int:

@@ -57,6 +57,9 @@ class ScannConfig:
     num_leaves_to_search: partitions searched per query token.
     training_sample_size: tokens sampled (seeded) to train the partitions and the AH codebooks;
       every token is then added to the trained searcher chunk by chunk (`build`).
+    sample_seed: the seed of that sample. Each seed gives a reproducible build; builds from
+      different seeds differ as independent k-means runs do (docs/performance.md, "Build
+      noise": how much nDCG@10 moves between them).
     dims_per_block: dimensions per AH block: 1 (ScaNN codes of 128 bytes per 128-d token), 2 or
       4 (64 or 32 bytes, faster and less accurate: docs/performance.md).
     hash_type: "lut16" (16 centers per block, searched with in-register lookup tables) or
@@ -75,6 +78,7 @@ class ScannConfig:
   leaves_factor: float = 1.0
   num_leaves_to_search: int = 100
   training_sample_size: int = 250_000
+  sample_seed: int = 0
   dims_per_block: int = 1
   hash_type: str = "lut16"
   anisotropic_quantization_threshold: float = 0.1
@@ -128,7 +132,7 @@ def build(chunks: Callable[[], Iterable[np.ndarray]], num_tokens: int,
     (searcher, its `settings` as built).
   """
   built = settings(config, num_tokens)
-  sample_rows = _sample_rows(num_tokens, built["training_sample_size"])
+  sample_rows = _sample_rows(num_tokens, built["training_sample_size"], config.sample_seed)
   with _native_log_captured():
     searcher = _build(_gather_rows(chunks(), sample_rows), config, built)
     if len(sample_rows) < num_tokens:
@@ -136,12 +140,12 @@ def build(chunks: Callable[[], Iterable[np.ndarray]], num_tokens: int,
   return searcher, built
 
 
-def _sample_rows(num_tokens: int, size: int) -> np.ndarray:
-  """[size] int64 increasing rows of a seeded sample of the T tokens (all of them if T <= size,
-  and then nothing is upserted)."""
+def _sample_rows(num_tokens: int, size: int, seed: int) -> np.ndarray:
+  """[size] int64 increasing rows of a sample of the T tokens drawn with `seed` (all of them if
+  T <= size, and then nothing is upserted)."""
   if size >= num_tokens:
     return np.arange(num_tokens)
-  return np.sort(np.random.default_rng(0).choice(num_tokens, size, replace=False))
+  return np.sort(np.random.default_rng(seed).choice(num_tokens, size, replace=False))
 
 
 def _gather_rows(chunks: Iterable[np.ndarray], rows: np.ndarray) -> np.ndarray:
