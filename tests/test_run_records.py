@@ -745,7 +745,7 @@ def test_the_quality_goal_rows_are_their_records():
 def test_the_generalization_study_tables_are_their_record():
   """"Generalization": the 0-step table, whole, and every measured row of the study's tables
   (launch/generalization.py's `tables`), from the study's record; each report names the split it
-  was measured on by the data's digest."""
+  was measured on by the data's digest; the bytes per token of each dimension's index."""
   record = _record("generalization_study")
   study = _launch_script("generalization")
   text = (REPO / "docs" / "results.md").read_text().split("## Generalization")[1]
@@ -755,7 +755,14 @@ def test_the_generalization_study_tables_are_their_record():
   assert measured
   for line in measured:
     assert line in text, line
+  sizes = {name: report for name, report in record.items() if name.endswith("/index")}
+  for dim, model in ((128, "scifact_d128"), (256, "scifact_d256_pca_mixed"), (384, "scifact_d384")):
+    tokens, size = sizes[f"{model}/index"]["num_tokens"], sizes[f"{model}/index"]["bytes"]
+    assert (f"{dim}-d {sum(size.values()) / tokens:,.0f} (ScaNN {size['scann'] / tokens:.0f})"
+            in " ".join(text.split()))
   for name, report in record.items():
+    if name in sizes:
+      continue
     data_dir, split = study.SETS[name.rsplit("/", 1)[1]]
     qrels = f"{os.path.basename(data_dir)}/qrels/{split}.tsv"
     assert any(path.endswith(qrels) for path in report["data_sha256"]), name
