@@ -52,12 +52,20 @@ def main():
   print(f"{jax.devices()[0].platform}, [B={BATCH}, L={LENGTH}, H={HEADS}, D={HEAD_DIM}]: "
         f"heads-major {new:.1f} ms, einsum {old:.1f} ms, ratio {old / new:.2f}x")
   if args.record:
-    io.write_results(args.record, run_record.record({
-        "platform": jax.devices()[0].platform,
-        "shape": {"batch": BATCH, "length": LENGTH, "heads": HEADS, "head_dim": HEAD_DIM},
-        "heads_major_ms": new,
-        "einsum_ms": old
-    }, [], "test"))
+    io.write_results(
+        args.record,
+        run_record.record(
+            {
+                "platform": jax.devices()[0].platform,
+                "shape": {
+                    "batch": BATCH,
+                    "length": LENGTH,
+                    "heads": HEADS,
+                    "head_dim": HEAD_DIM
+                },
+                "heads_major_ms": new,
+                "einsum_ms": old
+            }, [], "test"))
 
 
 if __name__ == "__main__":

@@ -62,11 +62,17 @@ def main() -> None:
   os.makedirs(args.out, exist_ok=True)
   name = pathlib.Path(args.scann_gin).stem
   builds = [run_build(args, name, build) for build in range(args.builds)]
-  results = {"builds": [{engine: {m: rows[engine][m] for m in ("ndcg@10", "p50_ms")}
-                         for engine in (name, PEER)} for rows in builds]}
+  results = {
+      "builds": [{
+          engine: {
+              m: rows[engine][m] for m in ("ndcg@10", "p50_ms")
+          } for engine in (name, PEER)
+      } for rows in builds]
+  }
   for engine in (name, PEER):
-    results[engine] = {m: summary([b[engine][m] for b in results["builds"]])
-                       for m in ("ndcg@10", "p50_ms")}
+    results[engine] = {
+        m: summary([b[engine][m] for b in results["builds"]]) for m in ("ndcg@10", "p50_ms")
+    }
   results["ndcg@10_difference"] = summary(
       [b[name]["ndcg@10"] - b[PEER]["ndcg@10"] for b in results["builds"]])
   print(json.dumps({k: v for k, v in results.items() if k != "builds"}, indent=2))

@@ -43,12 +43,15 @@ print(f"{num_candidates} candidates | f_ColBERT rerank {colbert:.3f} s")
 aligner = {}
 for text in ("top_k:1", "top_k:8", "top_p:0.02", "differentiable:1"):
   strategy = alignment.Alignment.parse(text)
-  aligner[text] = seconds(lambda: search_scores.alignment_rerank(
-      q, q_mask, u_q.astype(np.float32), docs, saliences, strategy))
+  aligner[text] = seconds(lambda: search_scores.alignment_rerank(q, q_mask, u_q.astype(np.float32),
+                                                                 docs, saliences, strategy))
   print(f"ALIGNER {text:>16} {aligner[text]:.3f} s ({aligner[text] / colbert:.1f}x f_ColBERT)")
 if args.record:
-  io.write_results(args.record, run_record.record({
-      "candidates": num_candidates,
-      "colbert_rerank_s": colbert,
-      "aligner_rerank_s": aligner
-  }, [], "test"))
+  io.write_results(
+      args.record,
+      run_record.record(
+          {
+              "candidates": num_candidates,
+              "colbert_rerank_s": colbert,
+              "aligner_rerank_s": aligner
+          }, [], "test"))

@@ -592,9 +592,10 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
 
 def test_the_build_memory_tables_hold_their_records_numbers():
   """docs/performance.md's tables of benchmarks/build_memory.py with rotated copies (384-d: 1x,
-  2x, 4x; 128-d: 1x, 4x, 16x), row for row from their records."""
+  2x, 4x; 128-d: 1x, 4x, 16x, without and with reordering), row for row from their records."""
   for name, heading in (("build_memory_rotated", "**Copies that are not near-duplicates**"),
-                        ("build_memory_128", "**16× at 128 dimensions.**")):
+                        ("build_memory_128", "**16× at 128 dimensions.**"),
+                        ("build_memory_128_reorder", "**16× with reordering.**")):
     record = _record(name)
     text = (REPO / "docs" / "performance.md").read_text()
     section = re.split(r"\n\n(?:###|\*\*)", text[text.index(heading):])[0]
@@ -766,3 +767,49 @@ def test_the_generalization_study_tables_are_their_record():
     data_dir, split = study.SETS[name.rsplit("/", 1)[1]]
     qrels = f"{os.path.basename(data_dir)}/qrels/{split}.tsv"
     assert any(path.endswith(qrels) for path in report["data_sha256"]), name
+
+
+def test_the_attention_layout_and_refinement_cost_sentences_are_their_records():
+  """docs/results.md's attention-layout timing and "Refinement cost" (benchmarks/
+  attention_layout.py and benchmarks/refinement_speed.py, each with --record)."""
+  results = _prose("docs/results.md")
+  attention = _record("attention_layout")["results"]
+  assert (f"{attention['heads_major_ms']:.1f} ms against {attention['einsum_ms']:.1f} ms for one "
+          "layer's attention") in results
+  refinement = _record("refinement_speed")["results"]
+  colbert = refinement["colbert_rerank_s"]
+  aligner = [
+      f"{name} {took:.3f} s ({took / colbert:.1f}×"
+      for name, took in refinement["aligner_rerank_s"].items()
+  ]
+  assert f"f_ColBERT rerank {colbert:.3f} s; ALIGNER " + "), ".join(aligner) in results
+
+
+def test_the_build_noise_table_and_sentence_are_their_record():
+  """docs/performance.md's "Build noise, measured" (benchmarks/build_noise.py): each engine's
+  nDCG@10 per build, mean ± std and p50 ms; the mean difference and the speed-up."""
+  results = _record("build_noise_128")["results"]
+  text = (REPO / "docs" / "performance.md").read_text()
+  section = text[text.index("**Build noise, measured**"):].split("\n- ")[0]
+  for engine in ("fastest", "pylate_xtr_k1000"):
+    ndcg, ms = results[engine]["ndcg@10"], results[engine]["p50_ms"]
+    builds = " / ".join(f"{b[engine]['ndcg@10']:.4f}" for b in results["builds"])
+    row = (f"| `{engine}` | {builds} | {ndcg['mean']:.4f} ± {ndcg['std']:.4f} | "
+           f"{ms['mean']:.2f} ± {ms['std']:.2f} |")
+    assert row in section, row
+  difference = results["ndcg@10_difference"]
+  speedup = results["pylate_xtr_k1000"]["p50_ms"]["mean"] / results["fastest"]["p50_ms"]["mean"]
+  prose = " ".join(section.split())
+  assert (f"per build {difference['mean']:.4f} ± {difference['std']:.4f}".replace("-", "−")
+          in prose)
+  assert (f"**{speedup:.1f}× faster per query** ({results['fastest']['p50_ms']['mean']:.2f} "
+          f"against {results['pylate_xtr_k1000']['p50_ms']['mean']:.2f} ms") in prose
+
+
+def test_the_128d_build_memory_exponents_are_their_records():
+  """The fitted growth exponents quoted beside the 128-d build_memory tables."""
+  text = _prose("docs/performance.md")
+  plain, reorder = _record("build_memory_128")["fits"], _record("build_memory_128_reorder")["fits"]
+  assert f"Search time ~ tokens^{plain['search_exponent']:.2f} as built" in text
+  assert f"Peak build RSS ~ tokens^{plain['build_rss_exponent']:.2f}, not flat" in text
+  assert f"fitted over the three, tokens^{reorder['search_exponent_at_recall_0.9']:.2f}." in text
