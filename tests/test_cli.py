@@ -135,6 +135,18 @@ def test_export_refuses_an_empty_corpus_before_writing_anything(tmp_path):
   assert not (tmp_path / "index").exists()
 
 
+def test_export_refuses_a_bad_scann_binding_before_encoding(exported, t5_spm_path, tmp_path):
+  (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "a"}\n')
+  process = run_tool("xtr.cli.export", "--gin_file=gin/models/t5_1_1_tiny.gin",
+                     f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+                     "--gin_bindings=ScannConfig.reorder_type = 'int4'",
+                     f"--corpus={tmp_path / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
+                     f"--checkpoint={exported[0]}")
+  assert process.returncode == 2
+  assert "ScannConfig.reorder_type = 'int4' is not one of" in process.stderr
+  assert not (tmp_path / "index").exists()
+
+
 def test_search_refuses_a_directory_as_output_before_searching(tmp_path):
   process = run_tool("xtr.search_main", f"--index={tmp_path / 'none'}", "--checkpoint=none",
                      f"--out={tmp_path}", stdin="q\n")

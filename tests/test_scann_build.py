@@ -138,5 +138,5 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
     for a, b in zip(scann_search.search(searcher.searcher, queries, 20, 1000, None, 1),
                     scann_search.search(loaded, queries, 20, 1000, None, 1)):
       np.testing.assert_array_equal(a, b)
-  with pytest.raises(ValueError, match="reorder_type 'int4'"):
+  with pytest.raises(ValueError, match="reorder_type = 'int4' is not one of"):
     scann.ScannConfig(reorder_type="int4")

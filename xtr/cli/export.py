@@ -54,6 +54,7 @@ from xtr import io
 from xtr.data import beir_files
 from xtr.index import build
 from xtr.index import files
+from xtr.index import scann
 from xtr.index import update
 from xtr.index import writer
 from xtr.models import encoding
@@ -126,6 +127,13 @@ def main(argv: Sequence[str]) -> None:
   print(_sizes(manifest))
 
 
+def _parse_gin(extra_bindings: Sequence[str] = ()) -> None:
+  """`cli.parse_gin`, then the `ScannConfig` it binds, so that a bad binding (a ValueError) is
+  refused before anything is encoded or written."""
+  cli.parse_gin(extra_bindings)
+  scann.ScannConfig()
+
+
 def _shard() -> tuple[int, int]:
   """(shard id, number of shards): --shard_id and --num_shards, or with --multihost this
   process's index and the number of processes (each host exports its shard)."""
@@ -167,7 +175,7 @@ def _reprune(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> d
   if _STORE_VECTORS.present and _STORE_VECTORS.value not in ("none", dtype):
     raise app.UsageError(f"--store_vectors={_STORE_VECTORS.value}: --from_index={source} holds "
                          f"{dtype} vectors; keep them or drop them (--store_vectors=none).")
-  cli.parse_gin()  # ScannConfig: another ScaNN of the same vectors.
+  _parse_gin()  # ScannConfig: another ScaNN of the same vectors.
   how = "Compacting the updated" if source_manifest.get("updates") else "Linking the chunks of"
   print(f"{how} {source} into {out_dir}; building its ScaNN index.", flush=True)
   return writer.reprune(source, out_dir, prune_doc, store_vectors=_STORE_VECTORS.value != "none")
@@ -194,7 +202,7 @@ def _update(out_dir: str) -> dict:
         "num_ids": len(deleted)
     }
   if _ADD.value:
-    cli.parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
+    _parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
     corpus = beir_files.read_jsonl(_ADD.value, beir_files.document_text)
     added = (list(corpus), list(corpus.values()))
     record["add"] = {"path": _ADD.value, "sha256": io.sha256(_ADD.value), "num_docs": len(corpus)}
@@ -229,7 +237,7 @@ def _export(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> di
   for flag in (_CHECKPOINT, _CORPUS):
     if not flag.value:
       raise app.UsageError(f"--{flag.name} is required (or --from_index).")
-  cli.parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
+  _parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
   corpus = beir_files.read_jsonl(_CORPUS.value, beir_files.document_text)
   docs = build.shard_range(len(corpus), *shard)
   if not len(docs):

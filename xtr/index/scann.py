@@ -58,8 +58,8 @@ class ScannConfig:
     training_sample_size: tokens sampled (seeded) to train the partitions and the AH codebooks;
       every token is then added to the trained searcher chunk by chunk (`build`).
     sample_seed: the seed of that sample. Each seed gives a reproducible build; builds from
-      different seeds differ as independent k-means runs do (docs/performance.md, "Build
-      noise": how much nDCG@10 moves between them).
+      different seeds differ as independent k-means runs do (docs/performance.md, "Build noise,
+      measured": how much nDCG@10 moves between them).
     dims_per_block: dimensions per AH block: 1 (ScaNN codes of 128 bytes per 128-d token), 2 or
       4 (64 or 32 bytes, faster and less accurate: docs/performance.md).
     hash_type: "lut16" (16 centers per block, searched with in-register lookup tables) or
@@ -87,9 +87,10 @@ class ScannConfig:
   training_threads: int = 1
 
   def __post_init__(self):
-    if self.reorder_type not in _REORDER_TYPES:
-      raise ValueError(f"ScannConfig.reorder_type {self.reorder_type!r} is not one of "
-                       f"{sorted(_REORDER_TYPES)}")
+    for name, allowed in (("hash_type", ("lut16", "lut256")), ("reorder_type", _REORDER_TYPES)):
+      if getattr(self, name) not in allowed:
+        raise ValueError(f"ScannConfig.{name} = {getattr(self, name)!r} is not one of "
+                         f"{sorted(allowed)}")
 
 
 def settings(config: ScannConfig, num_tokens: int) -> dict[str, Any]:
