@@ -23,8 +23,9 @@ def _split(vectors: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
   return np.split(vectors, np.cumsum(sizes)[:-1])
 
 
-def _recall(searcher, vectors: np.ndarray, queries: np.ndarray, k: int) -> float:
-  rows, _ = scann_search.search(searcher.searcher, queries, k, 0, None, 1)
+def _recall(searcher, vectors: np.ndarray, queries: np.ndarray, k: int,
+            reorder_k: int = 0) -> float:
+  rows, _ = scann_search.search(searcher.searcher, queries, k, reorder_k, None, 1)
   exact = np.argsort(-(queries @ vectors.astype(np.float32).T), axis=1, kind="stable")[:, :k]
   return float(np.mean([len(np.intersect1d(r, e)) / k for r, e in zip(rows, exact)]))
 
@@ -121,18 +122,12 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
   chunks = _split(vectors, [2000, 4000])
   queries = _clustered(100, 32, seed=3).astype(np.float32)
   coarse = dict(num_leaves=40, num_leaves_to_search=40, training_sample_size=2000, dims_per_block=4)
-
-  def recall(searcher, reorder_k):
-    rows, _ = scann_search.search(searcher, queries, 20, reorder_k, None, 1)
-    exact = np.argsort(-(queries @ vectors.astype(np.float32).T), axis=1)[:, :20]
-    return float(np.mean([len(np.intersect1d(r, e)) / 20 for r, e in zip(rows, exact)]))
-
   plain, _ = scann.build(lambda: chunks, len(vectors), scann.ScannConfig(**coarse))
-  assert recall(plain.searcher, 0) < 0.5
+  assert _recall(plain, vectors, queries, 20) < 0.5
   for reorder_type in ("float32", "bfloat16", "int8"):
     config = scann.ScannConfig(**coarse, reorder_k=1000, reorder_type=reorder_type)
     searcher, _ = scann.build(lambda: chunks, len(vectors), config)
-    assert recall(searcher.searcher, 1000) > 0.95, reorder_type
+    assert _recall(searcher, vectors, queries, 20, reorder_k=1000) > 0.95, reorder_type
     listed = scann.write(searcher, str(tmp_path), reorder_type)
     loaded = scann_search.load(str(tmp_path / reorder_type), {p.split("/", 1)[1] for p in listed})
     for a, b in zip(scann_search.search(searcher.searcher, queries, 20, 1000, None, 1),
