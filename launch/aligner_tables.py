@@ -3,6 +3,7 @@
   .venv/bin/python launch/aligner_tables.py runs/aligner [FIGURES_DIR] \
       [--nfcorpus_record=docs/runs/aligner_nfcorpus.json] \
       [--scifact_record=docs/runs/aligner_scifact.json]
+  .venv/bin/python launch/aligner_tables.py runs/aligner_dev --dev_record=docs/runs/aligner_dev.json
 
 Reads OUT_DIR/<model>/<evaluation>.json (xtr-eval-beir), OUT_DIR/<model>/adapt.json
 (xtr-adapt-alignment) and OUT_DIR/relu/nfcorpus/ (launch/aligner_nfcorpus.sh); writes FIGURES_DIR
@@ -12,7 +13,9 @@ nDCG@10 against β_d, one line per salience variant). Pruning cells not run yet 
 variant rows appear once measured. --nfcorpus_record writes the run record of the NFCorpus rows
 (`nfcorpus_record`; tests/test_run_records.py rebuilds them from it with `row`), --scifact_record
 that of docs/results.md's first ALIGNER table, its pruning table, its salience-variant table and
-its k' = 100 table and the entropy_lp row of its strategy table (`scifact_record`).
+its k' = 100 table and the entropy_lp row of its strategy table (`scifact_record`). With
+--dev_record, OUT_DIR is launch/aligner_dev.sh's: the table of "Choosing the recipe on dev"
+(`dev_table`) and its record (`dev_record`), nothing else.
 """
 import argparse
 import json
@@ -84,6 +87,23 @@ def scifact_record(out: pathlib.Path) -> dict:
   ]
   names.append("entropy_lp/adapt")
   return reports({name: out / f"{name}.json" for name in names})
+
+
+DEV_ROWS = (("entropy_lp (the paper's α^q 50 %, α^d 40 %, ε 0.002), unpruned",
+             "entropy_lp/dev_index"), ("entropy_lp, β_d = 20 %", "entropy_lp/dev_index_d0.2"),
+            ("relu, unpruned", "relu/dev_index"), ("relu, β_d = 20 %", "relu/dev_index_d0.2"))
+
+
+def dev_record(out: pathlib.Path) -> dict:
+  """launch/aligner_dev.sh's evaluations on the dev split: each gate unpruned and at β_d = 20 %."""
+  return reports({name: out / f"{name}.json" for _, name in DEV_ROWS})
+
+
+def dev_table(record: dict) -> str:
+  """[DEV_ROWS] Markdown rows of "Choosing the recipe on dev": nDCG@10, Recall@100, MRR@10."""
+  return "\n".join(f"| {label} | " + " | ".join(f"{record[name][m]:.4f}"
+                                                for m in ("ndcg@10", "recall@100", "mrr@10")) + " |"
+                   for label, name in DEV_ROWS)
 
 
 def ndcg(result: dict | None) -> float:
@@ -188,8 +208,16 @@ if __name__ == "__main__":
   parser.add_argument("figures", type=pathlib.Path, nargs="?")
   parser.add_argument("--nfcorpus_record", help="Write the NFCorpus rows' run record here.")
   parser.add_argument("--scifact_record", help="Write the first SciFact table's run record here.")
+  parser.add_argument(
+      "--dev_record", help="Write the dev table's run record here (OUT_DIR: "
+      "launch/aligner_dev.sh's) and print the table.")
   args = parser.parse_args()
-  main(args.out, args.figures or args.out)
+  if args.dev_record:
+    record = dev_record(args.out)
+    io.write_results(args.dev_record, record)
+    print(dev_table(record))
+  else:
+    main(args.out, args.figures or args.out)
   if args.nfcorpus_record:
     io.write_results(args.nfcorpus_record, nfcorpus_record(args.out))
   if args.scifact_record:

@@ -4,10 +4,14 @@ files of `xtr-analyze-alignment` (launch/alignment_analysis.sh writes them), and
   .venv/bin/python launch/alignment_tables.py runs/alignment/demo/alignment.json \
       runs/alignment/d128/alignment.json [--nfcorpus=runs/alignment/nfcorpus/alignment.json] \
       [--record=docs/runs/alignment_analysis_scifact.json --analysis_command=...]
+  .venv/bin/python launch/alignment_tables.py runs/alignment/demo/alignment.json \
+      --case_study_record=docs/runs/alignment_case_study.json --analysis_command=...
 
 The record holds what the tables show of each model (rerank, term matching, low rank) with its
 checkpoint, the analysis settings and the provenance (`run_record.provenance`);
-tests/test_run_records.py rebuilds the tables from it with the functions below.
+tests/test_run_records.py rebuilds the tables from it with the functions below. The case study
+record holds the first file's case study (each panel's matrix and token strings, as its
+case_study.png draws them) and the checkpoints of its models.
 """
 import argparse
 import json
@@ -95,6 +99,8 @@ def main() -> None:
   parser.add_argument("--record", help="Write the run record here.")
   parser.add_argument("--analysis_command", action="append", default=[],
                       help="The command lines that wrote the alignment.json files (recorded).")
+  parser.add_argument("--case_study_record",
+                      help="Write the run record of the first file's case study here.")
   args = parser.parse_args()
   scifact = _analysis(args.paths)
   print(tables(scifact["models"]))
@@ -107,6 +113,21 @@ def main() -> None:
     io.write_results(args.record, {
         **run_record.record(record, data, "test"), "analysis_commands": args.analysis_command
     })
+  if args.case_study_record:
+    with open(args.paths[0], encoding="utf-8") as f:
+      report = json.load(f)
+    case = {
+        "case_study": report["case_study"],
+        "temperature": report["settings"]["temperatures"][0],
+        "checkpoints": {
+            label: result["checkpoint"] for label, result in report["models"].items()
+        }
+    }
+    io.write_results(
+        args.case_study_record, {
+            **run_record.record(case, [report["data_dir"]], report["split"]), "analysis_commands":
+                args.analysis_command
+        })
 
 
 if __name__ == "__main__":

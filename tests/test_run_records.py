@@ -452,6 +452,49 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
               section.split())
 
 
+def test_the_case_study_record_is_s_and_its_alignments(minilm_dir):
+  """The case study's record (§7.5; docs/figures/alignment_case_study.png): its query and
+  document are the ones the page names; the untuned backbone's S is transformers' cosine of
+  the two texts' last hidden states (token strings included); in every model's panels, A q→d
+  is the top-1 of each row of S and A d→q the softmax over the query tokens of S / τ."""
+  import torch
+  import transformers
+  from xtr.evaluation import beir_eval
+
+  record = _record("alignment_case_study")
+  case = record["results"]["case_study"]
+  text = _prose("docs/results.md")
+  assert (f'id {case["query_id"]})' in text and f"gold document {case['doc_id']}:" in text)
+  panels = {panel["title"]: panel for panel in case["panels"]}
+  models = record["results"]["checkpoints"]
+  assert sorted(panels) == sorted(
+      f"{model}: {name}" for model in models for name in ("S", "A q→d", "A d→q"))
+  assert all(path.startswith("data/scifact/") for path in record["data_sha256"])
+  data = beir_eval.load_beir(str(REPO / "data/scifact"), "test")
+  tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+  bert = transformers.BertModel.from_pretrained(minilm_dir, add_pooling_layer=False).eval()
+  vectors, pieces = [], []
+  for text, length in ((data.queries[data.query_ids.index(case["query_id"])], 32),
+                       (data.docs[data.doc_ids.index(case["doc_id"])], 256)):
+    inputs = tokenizer(text, truncation=True, max_length=length, return_tensors="pt")
+    with torch.no_grad():
+      hidden = bert(**inputs).last_hidden_state[0].numpy()
+    vectors.append(hidden / np.linalg.norm(hidden, axis=1, keepdims=True))
+    pieces.append(tokenizer.convert_ids_to_tokens(inputs["input_ids"][0]))
+  untuned = panels["untuned backbone: S"]
+  assert [untuned["query_tokens"], untuned["doc_tokens"]] == pieces
+  np.testing.assert_allclose(untuned["matrix"], vectors[0] @ vectors[1].T, atol=2e-4)
+  tau = record["results"]["temperature"]
+  for model in models:
+    s = np.array(panels[f"{model}: S"]["matrix"])
+    top1 = np.zeros_like(s)
+    top1[np.arange(len(s)), s.argmax(axis=1)] = 1
+    np.testing.assert_array_equal(panels[f"{model}: A q→d"]["matrix"], top1)
+    softmax = np.exp((s - s.max(axis=0)) / tau)
+    np.testing.assert_allclose(panels[f"{model}: A d→q"]["matrix"], softmax / softmax.sum(axis=0),
+                               atol=2e-3)
+
+
 def test_the_first_aligner_tables_and_table_4_are_their_records():
   """The ALIGNER rows of docs/results.md's first SciFact table (nDCG@10, Recall@100, MRR@10,
   ScaNN bytes per token, ms/query), the pruning table, the salience-variant table and the
