@@ -17,6 +17,7 @@ import pytest
 from tests import retrieval_setup
 from tests.retrieval_setup import REPO
 from xtr import io
+from xtr.evaluation import beir_eval
 from xtr.evaluation import run_record
 from xtr.index import device
 from xtr.index import scann
@@ -459,7 +460,6 @@ def test_the_case_study_record_is_s_and_its_alignments(minilm_dir):
   is the top-1 of each row of S and A d→q the softmax over the query tokens of S / τ."""
   import torch
   import transformers
-  from xtr.evaluation import beir_eval
 
   record = _record("alignment_case_study")
   case = record["results"]["case_study"]
