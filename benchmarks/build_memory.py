@@ -2,7 +2,7 @@
 
   .venv/bin/python benchmarks/build_memory.py INDEX_DIR CHECKPOINT DATA_DIR OUT_DIR \
       [--scales=1,2,4] [--noise=0.3] [--rotate] [--num_leaves=1000000] [--leaves_to_search=200,400]
-      [--reorder_k=4000 --reorder_type=int8]
+      [--reorder_k=4000 --reorder_type=int8] [--spherical]
 
 INDEX_DIR is a complete index with stored vectors (e.g. SciFact's, `xtr-export
 --store_vectors=float16`). For scale s, OUT_DIR/s{s} is an index of s times its tokens: its
@@ -16,7 +16,8 @@ built by a fresh one that does nothing else (`IndexWriter.finalize`, as `xtr-exp
 encoding): its peak RSS is that process's, imports included, beside its RSS when the build
 started.
 ScaNN's settings are the defaults but `num_leaves` (default here: no cap, so the tree keeps √T
-leaves and each query token scans ~100·√T tokens) and, if given, reordering (`ScannConfig.reorder_k`
+leaves and each query token scans ~100·√T tokens), with --spherical a spherical tree
+(`ScannConfig.spherical`) and, if given, reordering (`ScannConfig.reorder_k`
 and `reorder_type`: each query token's best `reorder_k` by AH codes rescored with the vectors ScaNN
 keeps, which the build's memory then includes). Then the test
 queries' tokens search it (k' = 1000, one thread): median ms per query and the recall of the
@@ -194,6 +195,7 @@ def main() -> None:
   parser.add_argument("--num_leaves", type=int, default=1_000_000)
   parser.add_argument("--rotate", action="store_true",
                       help="turn each copy of the corpus by a random rotation of its own")
+  parser.add_argument("--spherical", action="store_true", help="ScannConfig.spherical")
   parser.add_argument("--reorder_k", type=int, default=0)
   parser.add_argument("--reorder_type", default="float32", help="float32, bfloat16 or int8")
   parser.add_argument("--leaves_to_search", default="",
@@ -207,8 +209,8 @@ def main() -> None:
       "build":
           lambda scale, out: build_scale(
               args.index, out, scale,
-              scann.ScannConfig(num_leaves=args.num_leaves, reorder_k=args.reorder_k, reorder_type=
-                                args.reorder_type))
+              scann.ScannConfig(num_leaves=args.num_leaves, spherical=args.spherical, reorder_k=args
+                                .reorder_k, reorder_type=args.reorder_type))
   }
   for step, run in internal_steps.items():
     if getattr(args, step):

@@ -5,6 +5,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from scann.partitioning import partitioner_pb2
 from scann.scann_ops.py import scann_ops_pybind
 
 from xtr.index import scann
@@ -135,3 +136,43 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
       np.testing.assert_array_equal(a, b)
   with pytest.raises(ValueError, match="reorder_type = 'int4' is not one of"):
     scann.ScannConfig(reorder_type="int4")
+
+
+def _centers(searcher, out_dir) -> np.ndarray:
+  """[leaves, D] the centers of a searcher's partitions, read back from what `write` serialized."""
+  out_dir.mkdir()
+  scann.write(searcher, str(out_dir))
+  serialized = partitioner_pb2.SerializedPartitioner.FromString(
+      (out_dir / "scann" / "serialized_partitioner.pb").read_bytes())
+  return np.array([list(c.dimension) for c in serialized.kmeans.kmeans_tree.root.centers])
+
+
+def test_a_spherical_tree_ranks_wide_leaves_by_cosine(tmp_path):
+  """Unit vectors in wide clusters and in tight ones near them: k-means centers of a wide
+  cluster are short, so a dot-product ranking of the leaves prefers the tight leaves nearby and
+  misses the wide cluster's tokens; the spherical tree's centers are unit vectors, and with the
+  same leaves searched it finds more of a query's exact top 20."""
+  rng = np.random.default_rng(0)
+
+  def unit(x):
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+  def around(centers, n, spread):
+    return unit(centers[rng.integers(len(centers), size=n)] +
+                spread * rng.normal(size=(n, 32)) / np.sqrt(32))
+
+  wide = unit(rng.normal(size=(32, 32)))
+  tight = unit(wide + 0.9 * rng.normal(size=(32, 32)) / np.sqrt(32))
+  vectors = np.concatenate([around(wide, 4000, 1.5), around(tight, 4000, 0.3)]).astype(np.float16)
+  queries = around(wide, 100, 1.5).astype(np.float32)
+  recall, norms = {}, {}
+  for spherical in (False, True):
+    config = scann.ScannConfig(num_leaves=64, num_leaves_to_search=2, training_sample_size=8000,
+                               spherical=spherical)
+    searcher, built = scann.build(lambda: [vectors], len(vectors), config)
+    assert built["spherical"] == spherical
+    recall[spherical] = _recall(searcher, vectors, queries, 20)
+    norms[spherical] = np.linalg.norm(_centers(searcher, tmp_path / str(spherical)), axis=1)
+  np.testing.assert_allclose(norms[True], 1, atol=1e-4)
+  assert np.median(norms[False]) < 0.9
+  assert recall[True] > recall[False] + 0.1, recall

@@ -55,6 +55,10 @@ class ScannConfig:
     leaves_factor: partitions per sqrt(T) tokens (more, smaller partitions: each searched leaf
       holds fewer tokens).
     num_leaves_to_search: partitions searched per query token.
+    spherical: train the partitions by spherical k-means (unit-norm centers: leaves are ranked by
+      the cosine of their center with the query token, not by a dot product that favours tight
+      leaves, whose mean vectors are longer). The token vectors are unit-norm, as spherical
+      k-means assumes (docs/performance.md, "Leaves ranked by cosine").
     training_sample_size: tokens sampled (seeded) to train the partitions and the AH codebooks;
       every token is then added to the trained searcher chunk by chunk (`build`).
     sample_seed: the seed of that sample. Each seed gives a reproducible build; builds from
@@ -77,6 +81,7 @@ class ScannConfig:
   num_leaves: int = 2000
   leaves_factor: float = 1.0
   num_leaves_to_search: int = 100
+  spherical: bool = False
   training_sample_size: int = 250_000
   sample_seed: int = 0
   dims_per_block: int = 1
@@ -185,7 +190,8 @@ def _build(vectors: np.ndarray, config: ScannConfig,
     return builder.score_brute_force().build()
   # k-means++ initialisation is seeded; ScaNN's random initialisation is not (non-deterministic).
   builder = builder.tree(built["num_leaves"], built["num_leaves_to_search"],
-                         training_sample_size=len(vectors), random_init=False)
+                         training_sample_size=len(vectors), spherical=config.spherical,
+                         random_init=False)
   builder = builder.score_ah(
       config.dims_per_block,
       anisotropic_quantization_threshold=config.anisotropic_quantization_threshold,
