@@ -203,14 +203,11 @@ def main() -> None:
   parser.add_argument("--write", type=int, help="Internal: write this scale's chunks.")
   parser.add_argument("--build", type=int, help="Internal: build this scale's ScaNN.")
   args = parser.parse_args()
+  config = scann.ScannConfig(num_leaves=args.num_leaves, spherical=args.spherical,
+                             reorder_k=args.reorder_k, reorder_type=args.reorder_type)
   internal_steps = {
-      "write":
-          lambda scale, out: write_scale(args.index, out, scale, args.noise, args.rotate),
-      "build":
-          lambda scale, out: build_scale(
-              args.index, out, scale,
-              scann.ScannConfig(num_leaves=args.num_leaves, spherical=args.spherical, reorder_k=args
-                                .reorder_k, reorder_type=args.reorder_type))
+      "write": lambda scale, out: write_scale(args.index, out, scale, args.noise, args.rotate),
+      "build": lambda scale, out: build_scale(args.index, out, scale, config)
   }
   for step, run in internal_steps.items():
     if getattr(args, step):

@@ -89,9 +89,12 @@ def scifact_record(out: pathlib.Path) -> dict:
   return reports({name: out / f"{name}.json" for name in names})
 
 
-DEV_ROWS = (("entropy_lp (the paper's α^q 50 %, α^d 40 %, ε 0.002), unpruned",
-             "entropy_lp/dev_index"), ("entropy_lp, β_d = 20 %", "entropy_lp/dev_index_d0.2"),
-            ("relu, unpruned", "relu/dev_index"), ("relu, β_d = 20 %", "relu/dev_index_d0.2"))
+DEV_ROWS = (
+    ("entropy_lp (the paper's α^q 50 %, α^d 40 %, ε 0.002), unpruned", "entropy_lp/dev_index"),
+    ("entropy_lp, β_d = 20 %", "entropy_lp/dev_index_d0.2"),
+    ("relu, unpruned", "relu/dev_index"),
+    ("relu, β_d = 20 %", "relu/dev_index_d0.2"),
+)
 
 
 def dev_record(out: pathlib.Path) -> dict:
