@@ -1,7 +1,13 @@
 """Tests for xtr/cli/demo.py's evaluation sets (the demo itself is `make demo`)."""
+import json
+import types
+
+import numpy as np
 import pytest
 
 from xtr.cli import demo
+from xtr.evaluation import beir_eval
+from xtr.retrieval import ranker
 
 
 def test_sets_are_named_by_their_directories():
@@ -41,3 +47,46 @@ def test_the_output_directory_is_made_before_training(tmp_path, monkeypatch):
   (tmp_path / "file").write_text("")
   with pytest.raises(FileExistsError):
     demo.run(out_dir=str(tmp_path / "file"), **arguments)
+
+
+def test_each_steps_time_is_printed_and_recorded(scifact_slice, tmp_path, monkeypatch, capsys):
+  """Each step's wall-clock time, from its start to the next step's, printed when it ends and
+  kept in run.json's `step_seconds` (the demo's time budget, step by step)."""
+  clock = [0.0]
+
+  def taking(seconds, result=None):
+
+    def step(*args, **kwargs):
+      del args, kwargs
+      clock[0] += seconds
+      return result
+
+    return step
+
+  data = beir_eval.load_beir(str(scifact_slice), "test")
+  perfect = ranker.Results(
+      [sorted(data.qrels[q].items(), key=lambda kv: -kv[1]) for q in data.query_ids],
+      np.ones(len(data.query_ids)))
+  monkeypatch.setattr(demo.time, "monotonic", lambda: clock[0])
+  monkeypatch.setattr(demo.trainer, "train", taking(500))
+  monkeypatch.setattr(demo, "_xtr", taking(300, perfect))
+  monkeypatch.setattr(demo.baselines, "bm25_search", taking(2, perfect))
+  monkeypatch.setattr(demo.baselines, "untuned_search",
+                      taking(400, {
+                          "single_vector": perfect,
+                          "maxsim": perfect
+                      }))
+  demo.run(out_dir=str(tmp_path), model_dir=str(tmp_path / "model"), data_dir=str(scifact_slice),
+           model=types.SimpleNamespace(backbone=None), vocabulary=None,
+           pretrained_backbone=taking(7))
+  name = scifact_slice.name
+  want = {
+      "fine-tune XTR from MiniLM": 507,  # the untuned backbone's weights are read in this step
+      f"{name}: export the token index and search with f_XTR'": 300,
+      f"{name}: BM25": 2,
+      f"{name}: untuned all-MiniLM-L6-v2": 400
+  }
+  assert json.loads((tmp_path / "run.json").read_text())["step_seconds"] == want
+  printed = capsys.readouterr().out
+  for number, (title, seconds) in enumerate(want.items(), 1):
+    assert f"== {number}/4 {title}\n" in printed and f"   {title}: {seconds} s\n" in printed

@@ -5,10 +5,12 @@
 Trains (resuming if interrupted), exports the ScaNN token index of the corpus, ranks the test
 queries with f_XTR' from token retrieval alone, runs the baselines, prints a table and writes
 `{out_dir}/metrics.json` and its run record `{out_dir}/run.json` (`run_record`); the same for
-every collection of `demo.run.extra_data_dirs` (out of domain). Every step shows progress; a
-finished step is not redone.
+every collection of `demo.run.extra_data_dirs` (out of domain). Every step shows progress and,
+when it ends, its wall-clock time (also in run.json, `step_seconds`); a finished step is not
+redone.
 """
 import os
+import time
 from typing import Any
 from typing import Callable
 from typing import Sequence
@@ -60,6 +62,24 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
   return "\n".join(lines)
 
 
+class _Steps:
+  """Numbers and prints the demo's steps; `seconds` holds each finished step's wall-clock time."""
+
+  def __init__(self, total: int):
+    self.total, self.seconds, self._current = total, {}, None
+
+  def start(self, title: str | None) -> None:
+    """Ends the current step (printing its time) and starts `title` (None: the last ended)."""
+    now = time.monotonic()
+    if self._current is not None:
+      name, started = self._current
+      self.seconds[name] = now - started
+      print(f"   {name}: {self.seconds[name]:.0f} s", flush=True)
+    self._current = None if title is None else (title, now)
+    if title is not None:
+      print(f"== {len(self.seconds) + 1}/{self.total} {title}", flush=True)
+
+
 @gin.configurable
 def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: str = gin.REQUIRED,
         model: Any = gin.REQUIRED, vocabulary: Any = gin.REQUIRED,
@@ -81,38 +101,37 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
                      "initialization.Initialization.save_initial_params = True.")
   datasets = {name: beir_eval.load_beir(path, split) for name, path in sets.items()}
   os.makedirs(out_dir, exist_ok=True)  # Now, not found missing when the results are written.
-  steps = 1 + (wise_ft_alpha is not None) + 3 * len(sets)
-  print(f"== 1/{steps} fine-tune XTR from MiniLM", flush=True)
+  steps = _Steps(1 + (wise_ft_alpha is not None) + 3 * len(sets))
+  steps.start("fine-tune XTR from MiniLM")
   trainer.train()
-  checkpoint, step = model_dir, 2
+  checkpoint = model_dir
   if wise_ft_alpha is not None:
     checkpoint = os.path.join(model_dir, f"wise_ft_{wise_ft_alpha:g}")
-    print(f"== 2/{steps} WiSE-FT: interpolate with the initial parameters, α={wise_ft_alpha:g}",
-          flush=True)
+    steps.start(f"WiSE-FT: interpolate with the initial parameters, α={wise_ft_alpha:g}")
     wise_ft.write(model_dir, wise_ft_alpha, checkpoint)
-    step = 3
   config = ranker.SearchConfig(top_k=100, k_prime=k_prime, scoring="xtr")
   backbone_params = pretrained_backbone()  # the untuned baselines' weights, read once
   tables = {}
   for number, (name, data) in enumerate(datasets.items()):
     index_dir = os.path.join(checkpoint, "index" if number == 0 else f"index_{name}")
-    print(f"== {step}/{steps} {name}: export the token index and search with f_XTR'", flush=True)
+    steps.start(f"{name}: export the token index and search with f_XTR'")
     rows = {
         f"XTR-MiniLM (ScaNN, f_XTR', k'={k_prime})":
             _metrics(data, _xtr(checkpoint, data, index_dir, config))
     }
-    print(f"== {step + 1}/{steps} {name}: BM25", flush=True)
+    steps.start(f"{name}: BM25")
     rows["BM25 (k1=0.9, b=0.4)"] = _metrics(data, baselines.bm25_search(data, top_k=100))
-    print(f"== {step + 2}/{steps} {name}: untuned all-MiniLM-L6-v2", flush=True)
+    steps.start(f"{name}: untuned all-MiniLM-L6-v2")
     untuned = baselines.untuned_search(model.backbone, backbone_params, vocabulary, data, top_k=100)
     rows["MiniLM single-vector (mean pool)"] = _metrics(data, untuned["single_vector"])
     rows["MiniLM MaxSim, raw tokens (exact)"] = _metrics(data, untuned["maxsim"])
     tables[name] = dict(zip(KEYS, rows.values()))
+    steps.start(None)
     print(f"{name} ({split})\n{format_table(rows)}", flush=True)
-    step += 3
   io.write_results(os.path.join(out_dir, "metrics.json"), tables)
-  io.write_results(os.path.join(out_dir, "run.json"),
-                   run_record.record(tables, list(sets.values()), split))
+  io.write_results(os.path.join(out_dir, "run.json"), {
+      **run_record.record(tables, list(sets.values()), split), "step_seconds": steps.seconds
+  })
   print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and its run record, run.json")
   return tables
 
