@@ -67,3 +67,25 @@ def test_generalization_tables_and_record_are_the_reports(tmp_path):
       [*script, "tables", str(tmp_path / "out"), "--recrd=x.json"], capture_output=True, text=True,
       cwd=REPO)
   assert refused.returncode == 1 and "unknown option '--recrd=x.json'" in refused.stderr
+
+
+def test_the_demo_time_budget_runs_make_demo_in_a_bare_clone_and_records_it(tmp_path):
+  """launch/demo_time_budget.sh: `make demo` (here a fake that checks it runs in a clone without
+  .venv or runs/ and writes a run record as xtr-demo does) under /usr/bin/time -v; the record is
+  that run record with the wall clock, the peak RSS and time's report."""
+  fake = tmp_path / "make"
+  fake.write_text("#!/usr/bin/env bash\n"
+                  '[[ "$1" == demo && -f Makefile && ! -e .venv && ! -e runs ]] || exit 3\n'
+                  "mkdir -p runs/demo && sleep 1\n"
+                  """echo '{"results": {"scifact": {}}, "step_seconds": {"train": 1.5}}' """
+                  "> runs/demo/run.json\n")
+  fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+  record = tmp_path / "budget.json"
+  subprocess.run(["bash", str(REPO / "launch" / "demo_time_budget.sh"),
+                  str(record)], check=True, env={
+                      **os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"
+                  })
+  budget = json.loads(record.read_text())
+  assert budget["results"] == {"scifact": {}} and budget["step_seconds"] == {"train": 1.5}
+  assert 1 <= budget["wall_clock_s"] < 60 and budget["peak_rss_kb"] > 0
+  assert "Command being timed: \"make demo\"" in budget["time_v"]
