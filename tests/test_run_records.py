@@ -495,6 +495,22 @@ def test_the_case_study_record_is_s_and_its_alignments(minilm_dir):
                                atol=2e-3)
 
 
+def test_the_aligner_dev_table_is_its_record():
+  """"Choosing the recipe on dev": its four rows (launch/aligner_tables.py's `dev_table`) from the
+  record of launch/aligner_dev.sh's evaluations, each on the dev split, top-1, k' = 1000."""
+  record = _record("aligner_dev")
+  tables = _launch_script("aligner_tables")
+  for _, name in tables.DEV_ROWS:
+    result = record[name]
+    assert (result["data_dir"], result["split"]) == ("runs/scifact_dev", "dev")
+    assert (result["alignment"], result["k_prime"]) == ("top_k:1", 1000)
+    assert result["checkpoint"] == "runs/aligner_dev/" + name.split("/")[0]
+    assert result["prune_doc"] == (0.2 if name.endswith("d0.2") else None)
+  rows = _rows("### Choosing the recipe on dev", r"\**(entropy_lp|relu).*")
+  assert ["| " + " | ".join(cell.strip("*") for cell in row) + " |" for row in rows
+         ] == tables.dev_table(record).splitlines()
+
+
 def test_the_first_aligner_tables_and_table_4_are_their_records():
   """The ALIGNER rows of docs/results.md's first SciFact table (nDCG@10, Recall@100, MRR@10,
   ScaNN bytes per token, ms/query), the pruning table, the salience-variant table and the
