@@ -1,6 +1,8 @@
 """ScaNN built from a sample, then fed the token chunks: rows in token order, recall as a build
 over everything in memory, and what Python and numpy allocate bounded by the sample and a block,
 not the corpus (ScaNN's own memory is measured by benchmarks/build_memory.py)."""
+import importlib.util
+import pathlib
 import tracemalloc
 
 import numpy as np
@@ -176,3 +178,24 @@ def test_a_spherical_tree_ranks_wide_leaves_by_cosine(tmp_path):
   np.testing.assert_allclose(norms[True], 1, atol=1e-4)
   assert np.median(norms[False]) < 0.9
   assert recall[True] > recall[False] + 0.1, recall
+
+
+def test_leaf_coverage_counts_the_neighbours_in_the_first_leaves_as_a_loop_does():
+  """benchmarks/leaf_coverage.py's share of the exact neighbours whose leaf ranks among the first
+  L, against a loop over query tokens and neighbours."""
+  spec = importlib.util.spec_from_file_location(
+      "leaf_coverage",
+      pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "leaf_coverage.py")
+  leaf_coverage = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(leaf_coverage)
+  rng = np.random.default_rng(0)
+  scores = rng.normal(size=(5, 900))
+  neighbour_leaves = rng.integers(900, size=(5, 40))
+  shares = leaf_coverage._share_within(scores, neighbour_leaves)  # pylint: disable=protected-access
+  for first, share in shares.items():
+    inside = [
+        leaf in np.argsort(-row)[:first]
+        for row, leaves in zip(scores, neighbour_leaves)
+        for leaf in leaves
+    ]
+    assert share == pytest.approx(np.mean(inside)), first
