@@ -7,9 +7,10 @@ For each index (e.g. benchmarks/build_memory.py's OUT_DIR/s1, s4, s16), over the
 queries' tokens: their exact top-k' tokens (k' = 1000); the fewest leaves that hold 90 % of
 them (an oracle's choice; median over the query tokens) and how many tokens those leaves hold;
 the norms of ScaNN's leaf centers (read from its serialized partitioner); and the share of the
-exact top-k' inside the first L leaves when the leaves are ranked by q·c (how ScaNN ranks a generic tree's
-leaves) and by q·c / |c| (the cosine: a spherical tree's centers are unit vectors). These shares
-are the recall of the partitions alone; the AH codes lose more. Rows go to RECORD.
+exact top-k' inside the first L leaves when the leaves are ranked by q·c (how ScaNN ranks a
+generic tree's leaves) and by q·c / |c| (the cosine: a spherical tree's centers are unit
+vectors). These shares are the recall of the partitions alone; the AH codes lose more. Rows go
+to RECORD.
 """
 import argparse
 import os
