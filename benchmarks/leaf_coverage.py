@@ -10,17 +10,17 @@ the norms of ScaNN's leaf centers (read from its serialized partitioner); and th
 exact top-k' inside the first L leaves when the leaves are ranked by q·c (how ScaNN ranks a
 generic tree's leaves) and by q·c / |c| (the cosine: a spherical tree's centers are unit
 vectors). These shares are the recall of the partitions alone; the AH codes lose more. Rows go
-to RECORD.
+to RECORD, a run record (`run_record.record`).
 """
 import argparse
 import os
-import sys
 
 import numpy as np
 from scann.partitioning import partitioner_pb2
 
 from xtr import io
 from xtr.evaluation import beir_eval
+from xtr.evaluation import run_record
 from xtr.index import files
 from xtr.index import reader
 from xtr.retrieval import searcher
@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument(name)
   parser.add_argument("indexes", nargs="+")
   args = parser.parse_args()
+  run_record.mark_start()
   encoder, _ = searcher.open_for_search(args.indexes[0], args.checkpoint)
   q, q_mask, _ = encoder.encode_queries(beir_eval.load_beir(args.data_dir, "test").queries[:10])
   queries = np.concatenate([vectors[mask] for vectors, mask in zip(q, q_mask)])
@@ -89,7 +90,7 @@ def main() -> None:
   for index_dir in args.indexes:
     rows.append(coverage(index_dir, queries))
     print(rows[-1], flush=True)
-  io.write_results(args.record, {"command": " ".join(sys.argv), "rows": rows})
+  io.write_results(args.record, run_record.record({"rows": rows}, [args.data_dir], "test"))
 
 
 if __name__ == "__main__":
