@@ -1,5 +1,5 @@
 """Where a query token's exact top-k' lies among the leaves of a ScaNN build, and how much of it
-the leaves searched reach: the diagnostic of docs/performance.md's "Leaves ranked by cosine".
+the leaves searched reach (docs/performance.md, "Why 16× needs 400–800 leaves").
 
   .venv/bin/python benchmarks/leaf_coverage.py CHECKPOINT DATA_DIR RECORD INDEX_DIR [INDEX_DIR ...]
 

@@ -453,6 +453,28 @@ def test_the_nfcorpus_aligner_rows_hold_their_records_numbers():
               section.split())
 
 
+def test_the_demo_time_budget_is_its_record():
+  """"The demo"'s time budget, step by step, and the README's: launch/demo_time_budget.sh's
+  record of `make demo` in a bare clone (setup: the wall clock less the demo's steps)."""
+  record = _record("demo_time_budget")
+  steps, wall = record["step_seconds"], record["wall_clock_s"]
+  assert record["time_v"].startswith('\tCommand being timed: "make demo"')
+  export = steps["scifact: export the token index and search with f_XTR'"]
+  budget = f"**{int(wall // 60)} min {round(wall % 60)} s**"
+  rss = f"peak RSS {record['peak_rss_kb'] / 2**20:.1f} GiB"
+  results = _prose("docs/results.md")
+  for claim in (
+      f"{budget} wall clock", f"scored {record['results']['scifact']['xtr']['ndcg@10']:.4f} as",
+      f"{(wall - sum(steps.values())) / 60:.1f} min of setup and start-up",
+      f"{steps['fine-tune XTR from MiniLM'] / 60:.1f} min of fine-tuning",
+      f"{steps['WiSE-FT: interpolate with the initial parameters, α=0.7']:.0f} s of WiSE-FT",
+      f"{export / 60:.1f} min of export", f"{steps['scifact: BM25']:.0f} s of BM25",
+      f"{steps['scifact: untuned all-MiniLM-L6-v2'] / 60:.1f} min of untuned", rss,
+      f"({int(wall // 60)}:{round(wall % 60):02d} of 30 min"):
+    assert claim in results, claim
+  assert f"{budget} on an idle 2-core machine, {rss}" in _prose("README.md")
+
+
 def test_the_case_study_record_is_s_and_its_alignments(minilm_dir):
   """The case study's record (§7.5; docs/figures/alignment_case_study.png): its query and
   document are the ones the page names; the untuned backbone's S is transformers' cosine of
@@ -651,10 +673,12 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
 
 def test_the_build_memory_tables_hold_their_records_numbers():
   """docs/performance.md's tables of benchmarks/build_memory.py with rotated copies (384-d: 1x,
-  2x, 4x; 128-d: 1x, 4x, 16x, without and with reordering), row for row from their records."""
+  2x, 4x; 128-d: 1x, 4x, 16x, without and with reordering, and with a spherical tree), row for
+  row from their records."""
   for name, heading in (("build_memory_rotated", "**Copies that are not near-duplicates**"),
                         ("build_memory_128", "**16× at 128 dimensions.**"),
-                        ("build_memory_128_reorder", "**16× with reordering.**")):
+                        ("build_memory_128_reorder", "**16× with reordering.**"),
+                        ("build_memory_128_spherical", "**Leaves ranked by cosine.**")):
     record = _record(name)
     text = (REPO / "docs" / "performance.md").read_text()
     section = re.split(r"\n\n(?:###|\*\*)", text[text.index(heading):])[0]
@@ -874,3 +898,21 @@ def test_the_128d_build_memory_exponents_are_their_records():
   assert f"Search time ~ tokens^{plain['search_exponent']:.2f} as built" in text
   assert f"Peak build RSS ~ tokens^{plain['build_rss_exponent']:.2f}, not flat" in text
   assert f"fitted over the three, tokens^{reorder['search_exponent_at_recall_0.9']:.2f}." in text
+  spherical = _record("build_memory_128_spherical")["fits"]["search_exponent_at_recall_0.9"]
+  assert f"At recall ≥ 0.9 the cost grows as tokens^{spherical:.2f} from 1× to 16×" in text
+
+
+def test_the_leaf_coverage_table_is_its_record():
+  """docs/performance.md's "Why 16× needs 400–800 leaves": each row of benchmarks/leaf_coverage.py's
+  record (the generic tree's builds, then the spherical tree's, at 1×, 4×, 16×)."""
+  record = _record("leaf_coverage_128")
+  rows = _rows("**Why 16× needs 400–800 leaves.**", r"generic|spherical", page="performance.md")
+  want = [[
+      "spherical" if "spherical" in r["index"] else "generic", r["index"].rsplit("/s", 1)[1] + "×",
+      f"{r['leaves']:,}", f"{r['center_norm_p50']:.2f}", f"{r['oracle_leaves_for_0.9_p50']:.0f}",
+      f"{r['oracle_tokens_for_0.9_p50']:,.0f}",
+      *(f"{r['share_by_dot'][str(first)]:.3f} / {r['share_by_cosine'][str(first)]:.3f}"
+        for first in (100, 400))
+  ]
+          for r in record["results"]["rows"]]
+  assert rows == want and len(want) == 6
