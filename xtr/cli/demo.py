@@ -68,16 +68,19 @@ class _Steps:
   def __init__(self, total: int):
     self.total, self.seconds, self._current = total, {}, None
 
-  def start(self, title: str | None) -> None:
-    """Ends the current step (printing its time) and starts `title` (None: the last ended)."""
-    now = time.monotonic()
+  def start(self, title: str) -> None:
+    """Ends the current step, if any, and starts `title`."""
+    self.end()
+    print(f"== {len(self.seconds) + 1}/{self.total} {title}", flush=True)
+    self._current = (title, time.monotonic())
+
+  def end(self) -> None:
+    """Records and prints the current step's time, if a step is running."""
     if self._current is not None:
-      name, started = self._current
-      self.seconds[name] = now - started
-      print(f"   {name}: {self.seconds[name]:.0f} s", flush=True)
-    self._current = None if title is None else (title, now)
-    if title is not None:
-      print(f"== {len(self.seconds) + 1}/{self.total} {title}", flush=True)
+      title, started = self._current
+      self.seconds[title] = time.monotonic() - started
+      print(f"   {title}: {self.seconds[title]:.0f} s", flush=True)
+      self._current = None
 
 
 @gin.configurable
@@ -126,7 +129,7 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
     rows["MiniLM single-vector (mean pool)"] = _metrics(data, untuned["single_vector"])
     rows["MiniLM MaxSim, raw tokens (exact)"] = _metrics(data, untuned["maxsim"])
     tables[name] = dict(zip(KEYS, rows.values()))
-    steps.start(None)
+    steps.end()
     print(f"{name} ({split})\n{format_table(rows)}", flush=True)
   io.write_results(os.path.join(out_dir, "metrics.json"), tables)
   io.write_results(os.path.join(out_dir, "run.json"), {
