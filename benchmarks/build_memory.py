@@ -2,7 +2,8 @@
 
   .venv/bin/python benchmarks/build_memory.py INDEX_DIR CHECKPOINT DATA_DIR OUT_DIR \
       [--scales=1,2,4] [--noise=0.3] [--rotate] [--num_leaves=1000000] [--leaves_to_search=200,400]
-      [--reorder_k=4000 --reorder_type=int8] [--spherical]
+      [--reorder_k=4000 --reorder_type=int8] [--spherical] [--leaf_size=1114]
+      [--training_threads=0]
 
 INDEX_DIR is a complete index with stored vectors (e.g. SciFact's, `xtr-export
 --store_vectors=float16`). For scale s, OUT_DIR/s{s} is an index of s times its tokens: its
@@ -16,10 +17,11 @@ built by a fresh one that does nothing else (`IndexWriter.finalize`, as `xtr-exp
 encoding): its peak RSS is that process's, imports included, beside its RSS when the build
 started.
 ScaNN's settings are the defaults but `num_leaves` (default here: no cap, so the tree keeps √T
-leaves and each query token scans ~100·√T tokens), with --spherical a spherical tree
-(`ScannConfig.spherical`) and, if given, reordering (`ScannConfig.reorder_k`
-and `reorder_type`: each query token's best `reorder_k` by AH codes rescored with the vectors ScaNN
-keeps, which the build's memory then includes). Then the test
+leaves and each query token scans ~100·√T tokens; with --leaf_size, T / leaf_size leaves of a
+fixed size: `ScannConfig.leaf_size`), trained on one thread (or --training_threads), with
+--spherical a spherical tree (`ScannConfig.spherical`) and, if given, reordering
+(`ScannConfig.reorder_k` and `reorder_type`: each query token's best `reorder_k` by AH codes
+rescored with the vectors ScaNN keeps, which the build's memory then includes). Then the test
 queries' tokens search it (k' = 1000, one thread): median ms per query and the recall of the
 exact top-k' over the first 10 queries' tokens, as built and with each --leaves_to_search. Rows go
 to OUT_DIR/build_memory.json with the fitted exponents of search time and peak RSS against
@@ -196,6 +198,9 @@ def main() -> None:
   parser.add_argument("--rotate", action="store_true",
                       help="turn each copy of the corpus by a random rotation of its own")
   parser.add_argument("--spherical", action="store_true", help="ScannConfig.spherical")
+  parser.add_argument("--leaf_size", type=int, default=0, help="ScannConfig.leaf_size")
+  parser.add_argument("--training_threads", type=int, default=1,
+                      help="ScannConfig.training_threads")
   parser.add_argument("--reorder_k", type=int, default=0)
   parser.add_argument("--reorder_type", default="float32", help="float32, bfloat16 or int8")
   parser.add_argument("--leaves_to_search", default="",
@@ -204,6 +209,7 @@ def main() -> None:
   parser.add_argument("--build", type=int, help="Internal: build this scale's ScaNN.")
   args = parser.parse_args()
   config = scann.ScannConfig(num_leaves=args.num_leaves, spherical=args.spherical,
+                             leaf_size=args.leaf_size, training_threads=args.training_threads,
                              reorder_k=args.reorder_k, reorder_type=args.reorder_type)
   internal_steps = {
       "write": lambda scale, out: write_scale(args.index, out, scale, args.noise, args.rotate),

@@ -30,6 +30,7 @@ from xtr.index import files
 
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
 UPSERT_ROWS = 65536  # Tokens converted to float32 and added to ScaNN at a time.
+SAMPLE_PER_LEAF = 64  # Least training sample per partition with ScannConfig.leaf_size.
 _REORDER_TYPES = {
     "float32": scann_builder.ReorderType.FLOAT32,
     "bfloat16": scann_builder.ReorderType.BFLOAT16,
@@ -45,8 +46,9 @@ class ScannConfig:
   Released XTR: tree(num_leaves=min(2000, T), num_leaves_to_search=100,
   training_sample_size=min(250000, T)).score_ah(1, anisotropic_quantization_threshold=0.1), no
   reordering. Here the tree has min(num_leaves, ceil(leaves_factor·sqrt(T))) leaves for T tokens
-  (the usual sqrt(T) k-means sizing, equal to the released 2000 from T = 4M tokens on) and
-  searches min(num_leaves_to_search, leaves) of them. Indexes of fewer than 16 tokens are too
+  (the usual sqrt(T) k-means sizing, equal to the released 2000 from T = 4M tokens on), or
+  min(num_leaves, ceil(T / leaf_size)) with `leaf_size`, and searches
+  min(num_leaves_to_search, leaves) of them. Indexes of fewer than 16 tokens are too
   small to train AH codebooks and are scored exactly by ScaNN (no tree). `gin/scann/` holds the
   settings measured faster or smaller in docs/performance.md.
 
@@ -54,6 +56,11 @@ class ScannConfig:
     num_leaves: upper bound on the number of k-means partitions.
     leaves_factor: partitions per sqrt(T) tokens (more, smaller partitions: each searched leaf
       holds fewer tokens).
+    leaf_size: if > 0, tokens per partition: ceil(T / leaf_size) partitions instead of
+      leaves_factor·sqrt(T), so that partitions keep their size as the corpus grows and a query
+      token scans about as many tokens at any T (with num_leaves raised above T / leaf_size; the
+      sample then holds at least `SAMPLE_PER_LEAF` tokens per partition; docs/performance.md,
+      "Leaves of a fixed size").
     num_leaves_to_search: partitions searched per query token.
     spherical: train the partitions by spherical k-means (unit-norm centers: leaves are ranked by
       the cosine of their center with the query token, not by a dot product that favours tight
@@ -80,6 +87,7 @@ class ScannConfig:
   """
   num_leaves: int = 2000
   leaves_factor: float = 1.0
+  leaf_size: int = 0
   num_leaves_to_search: int = 100
   spherical: bool = False
   training_sample_size: int = 250_000
@@ -109,12 +117,17 @@ def settings(config: ScannConfig, num_tokens: int) -> dict[str, Any]:
         "num_leaves_to_search": 0,
         "reorder_k": 0
     }
-  num_leaves = min(config.num_leaves, math.ceil(config.leaves_factor * math.sqrt(num_tokens)))
+  sample_size = config.training_sample_size
+  if config.leaf_size:
+    num_leaves = min(config.num_leaves, math.ceil(num_tokens / config.leaf_size))
+    sample_size = max(sample_size, SAMPLE_PER_LEAF * num_leaves)
+  else:
+    num_leaves = min(config.num_leaves, math.ceil(config.leaves_factor * math.sqrt(num_tokens)))
   return dataclasses.asdict(config) | {
       "scoring": "asymmetric_hashing",
       "num_leaves": num_leaves,
       "num_leaves_to_search": min(config.num_leaves_to_search, num_leaves),
-      "training_sample_size": min(config.training_sample_size, num_tokens)
+      "training_sample_size": min(sample_size, num_tokens)
   }
 
 
