@@ -1,7 +1,9 @@
 """ScaNN built from a sample, then fed the token chunks: rows in token order, recall as a build
 over everything in memory, and what Python and numpy allocate bounded by the sample and a block,
 not the corpus (ScaNN's own memory is measured by benchmarks/build_memory.py)."""
+import dataclasses
 import importlib.util
+import math
 import pathlib
 import tracemalloc
 
@@ -199,3 +201,32 @@ def test_leaf_coverage_counts_the_neighbours_in_the_first_leaves_as_a_loop_does(
         for leaf in leaves
     ]
     assert share == pytest.approx(np.mean(inside)), first
+
+
+def test_fixed_size_leaves_keep_their_size_as_the_corpus_grows(tmp_path):
+  """With `leaf_size` the tree has ceil(T / leaf_size) partitions, trained on a sample of at
+  least SAMPLE_PER_LEAF tokens each: 4 times the tokens, 4 times the partitions of the same
+  median size, where the default sqrt(T) sizing doubles their size."""
+  sizes, sqrt_sizes = {}, {}
+  for num_tokens in (3000, 12000):
+    vectors = _clustered(num_tokens, 16, seed=num_tokens)
+    config = scann.ScannConfig(num_leaves=10**6, leaf_size=100, training_sample_size=1000)
+    searcher, built = scann.build(lambda: [vectors], num_tokens, config)
+    leaves = -(-num_tokens // 100)
+    assert built["num_leaves"] == leaves
+    assert built["training_sample_size"] == min(num_tokens, scann.SAMPLE_PER_LEAF * leaves)
+    sizes[num_tokens] = _leaf_sizes(searcher, tmp_path / f"fixed{num_tokens}")
+    assert len(sizes[num_tokens]) == leaves and sizes[num_tokens].sum() == num_tokens
+    sqrt_config = dataclasses.replace(config, leaf_size=0)
+    searcher, built = scann.build(lambda: [vectors], num_tokens, sqrt_config)
+    assert built["num_leaves"] == math.ceil(math.sqrt(num_tokens))
+    sqrt_sizes[num_tokens] = _leaf_sizes(searcher, tmp_path / f"sqrt{num_tokens}")
+  assert 0.75 < np.median(sizes[12000]) / np.median(sizes[3000]) < 1.33, sizes
+  assert np.median(sqrt_sizes[12000]) / np.median(sqrt_sizes[3000]) > 1.6, sqrt_sizes
+
+
+def _leaf_sizes(searcher, out_dir) -> np.ndarray:
+  """[leaves] tokens per partition, from the partition of each token that `write` serialized."""
+  out_dir.mkdir()
+  scann.write(searcher, str(out_dir))
+  return np.bincount(np.load(out_dir / "scann" / "datapoint_to_token.npy", allow_pickle=False))

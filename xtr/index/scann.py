@@ -30,7 +30,7 @@ from xtr.index import files
 
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
 UPSERT_ROWS = 65536  # Tokens converted to float32 and added to ScaNN at a time.
-SAMPLE_PER_LEAF = 64  # Least training sample per partition with ScannConfig.leaf_size.
+SAMPLE_PER_LEAF = 128  # Least training sample per partition with ScannConfig.leaf_size.
 _REORDER_TYPES = {
     "float32": scann_builder.ReorderType.FLOAT32,
     "bfloat16": scann_builder.ReorderType.BFLOAT16,
