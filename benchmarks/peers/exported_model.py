@@ -8,16 +8,22 @@ Two sides, one per venv, over SciFact's first --docs documents:
   .venv/bin/python benchmarks/peers/exported_model.py --side=xtr --model=runs/exported/demo \
     --embed_dim=384 --vectors=runs/exported/xtr_vectors.npz
   .venv-peers/bin/python benchmarks/peers/exported_model.py --side=pylate \
-    --model=runs/exported/demo --vectors=runs/exported/xtr_vectors.npz
+    --model=runs/exported/demo --vectors=runs/exported/xtr_vectors.npz \
+    --record=docs/runs/exported_model_pylate.json
 
 The xtr side reads the directory back (gin/models/minilm_l6.gin with MINILM_DIR = it) and saves
 each document's valid token vectors; the PyLate side loads it with `ColBERT(model_name_or_path=
 ...)` without ColBERT's [Q]/[D] prefixes, query expansion or punctuation skiplist (XTR has none),
-documents cut at 256 tokens, and prints the largest difference from xtr's vectors.
+documents cut at 256 tokens, and prints the largest difference from xtr's vectors (with
+--record, also writes it with the command, git commit, PyLate's version and the date).
 """
 import argparse
+import datetime
 import gzip
 import json
+import shlex
+import subprocess
+import sys
 
 import numpy as np
 
@@ -56,8 +62,29 @@ def _pylate_side(args: argparse.Namespace) -> None:
   ours = np.split(saved["vectors"], np.cumsum(saved["lengths"])[:-1])
   lengths_equal = [len(a) == len(b) for a, b in zip(ours, theirs)]
   diff = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs) if len(a) == len(b))
-  print(f"{len(ours)} documents, {int(saved['lengths'].sum())} tokens: token counts equal in "
-        f"{sum(lengths_equal)} of {len(ours)}; max |xtr - PyLate| = {diff:.2e}")
+  result = {
+      "documents": len(ours),
+      "tokens": int(saved["lengths"].sum()),
+      "token_counts_equal": sum(lengths_equal),
+      "max_abs_difference": diff
+  }
+  print(f"{result['documents']} documents, {result['tokens']} tokens: token counts equal in "
+        f"{result['token_counts_equal']} of {len(ours)}; max |xtr - PyLate| = {diff:.2e}")
+  if args.record:
+    with open(args.record, "w", encoding="utf-8") as f:
+      json.dump({"results": result, **_provenance()}, f, indent=1)
+
+
+def _provenance() -> dict[str, str]:
+  """The command, git commit, PyLate's version and the date (UTC) of this run."""
+  import pylate  # pylint: disable=g-import-not-at-top
+  commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+  return {
+      "command": shlex.join(["exported_model.py", *sys.argv[1:]]),
+      "git_commit": commit.stdout.strip(),
+      "pylate_version": pylate.__version__,
+      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+  }
 
 
 def main() -> None:
@@ -67,6 +94,7 @@ def main() -> None:
   parser.add_argument("--vectors", required=True, help="xtr's token vectors (.npz)")
   parser.add_argument("--embed_dim", type=int, default=128, help="xtr side: projection size")
   parser.add_argument("--docs", type=int, default=64, help="SciFact's first documents")
+  parser.add_argument("--record", help="pylate side: write the result here (JSON)")
   args = parser.parse_args()
   (_xtr_side if args.side == "xtr" else _pylate_side)(args)
 
