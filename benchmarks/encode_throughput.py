@@ -7,10 +7,11 @@ Each row runs in a fresh process with --xla_force_host_platform_device_count=N a
 the documents once to compile every bucket, then times a second pass. Simulated CPU devices share
 this machine's cores, so the device rows show the cost of splitting a batch, not a speed-up; on a
 TPU or GPU host each device is a chip. It also prints the largest difference of the bucketed
-vectors from the full-length ones.
+vectors from the full-length ones; with --record, writes the rows with their provenance
+(`xtr.evaluation.run_record`).
 
   .venv/bin/python benchmarks/encode_throughput.py [--docs=512] [--max_length=256,512] \
-    [--devices=1,2,4,8]
+    [--devices=1,2,4,8] [--record=OUT_JSON]
 """
 import json
 import os
@@ -22,9 +23,13 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from xtr import io
+from xtr.evaluation import run_record
+
 _DOCS = flags.DEFINE_integer("docs", 512, "SciFact documents encoded (the corpus's first).")
 _MAX_LENGTHS = flags.DEFINE_list("max_length", ["256", "512"], "Encoder.doc_max_length values.")
 _DEVICES = flags.DEFINE_list("devices", ["1", "2", "4", "8"], "Simulated device counts.")
+_RECORD = flags.DEFINE_string("record", None, "Write the rows as a run record (JSON) here.")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: run one row, given as JSON.")
 
 
@@ -65,7 +70,9 @@ def main(argv):
   if _WORKER.value:
     print(json.dumps(_row(**json.loads(_WORKER.value))))
     return
+  run_record.mark_start()
   print("devices  max_length  length_bucket  docs/s  tokens/s  max |bucketed - full|")
+  rows = []
   for max_length in map(int, _MAX_LENGTHS.value):
     for devices in map(int, _DEVICES.value):
       for length_bucket in (None, 32):
@@ -75,10 +82,13 @@ def main(argv):
         out = subprocess.run([sys.executable, __file__, f"--worker={json.dumps(spec)}"], env=env,
                              capture_output=True, text=True, check=True).stdout
         row = json.loads(out.strip().splitlines()[-1])
+        rows.append(row)
         diff = f"{row['max_abs_diff']:.1e}" if "max_abs_diff" in row else "-"
         print(
             f"{devices:>7}  {max_length:>10}  {str(length_bucket):>13}  {row['docs_per_s']:6.1f}"
             f"  {row['tokens_per_s']:8.0f}  {diff}", flush=True)
+  if _RECORD.value:
+    io.write_results(_RECORD.value, run_record.record({"rows": rows}, ["data/scifact"], "test"))
 
 
 if __name__ == "__main__":
