@@ -11,7 +11,8 @@ Defaults are XTR-base's (gin/runs/xtr_msmarco.gin: 320 queries of 32 tokens, a p
 negative of 256 tokens each, k_train 320, bfloat16 compute). After 2 steps that compile, `--steps`
 steps are timed; MFU counts the model FLOPs of `xtr.training.throughput` against the devices'
 peak; the peak memory is the first device's `memory_stats()["peak_bytes_in_use"]` (GPU and TPU;
-none on CPU). Run each setting in a process of its own: the peak is the process's.
+none on CPU). Run each setting in a process of its own: the peak is the process's. --out writes
+the row as a run record (`xtr.evaluation.run_record`: with the command and git commit).
 """
 import json
 import time
@@ -25,6 +26,7 @@ import jax
 import numpy as np
 
 from xtr import io
+from xtr.evaluation import run_record
 from xtr.training import objective
 from xtr.training import optimizers
 from xtr.training import partitioning
@@ -65,6 +67,7 @@ def _model(model: nn.Module = gin.REQUIRED) -> nn.Module:
 
 def main(argv: Sequence[str]) -> None:
   del argv
+  run_record.mark_start()
   gin.parse_config_files_and_bindings(_GIN_FILE.value,
                                       [*_GIN_BINDINGS.value, "_model.model = %MODEL"])
   model = _model()
@@ -113,7 +116,7 @@ def main(argv: Sequence[str]) -> None:
   }
   print(json.dumps(row), flush=True)
   if _OUT.value:
-    io.write_results(_OUT.value, row)
+    io.write_results(_OUT.value, run_record.record(row, [], "test"))
 
 
 if __name__ == "__main__":
