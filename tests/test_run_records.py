@@ -114,7 +114,7 @@ def test_the_demo_numbers_of_the_readme_and_results_are_its_records():
   assert quoted.groups() == (f"{xtr['ndcg@10']:.4f}", f"{xtr['recall@100']:.4f}",
                              f"{xtr['mrr@10']:.4f}")
   results = _prose("docs/results.md")
-  assert (f"sampled, streamed ScaNN build, {xtr['ndcg@10']:.4f} (R@100 {xtr['recall@100']:.4f}, "
+  assert (f"the recipe scores {xtr['ndcg@10']:.4f} on SciFact test (R@100 {xtr['recall@100']:.4f}, "
           f"MRR@10 {xtr['mrr@10']:.4f}; run record") in results
 
 
@@ -870,12 +870,17 @@ def test_the_attention_layout_and_refinement_cost_sentences_are_their_records():
 
 def test_the_build_noise_table_and_sentence_are_their_record():
   """docs/performance.md's "Build noise, measured" (benchmarks/build_noise.py, 128-d and 384-d):
-  each engine's nDCG@10 per build, mean ± std and p50 ms; the mean difference and the speed-up."""
+  each engine's nDCG@10 per build, mean ± std and p50 ms; the mean difference and the speed-up;
+  the README's spread of the 128-d builds."""
   text = (REPO / "docs" / "performance.md").read_text()
   section = re.split(r"\n(?:- |#)", text[text.index("**Build noise, measured**"):])[0]
   prose = " ".join(section.split())
   for model, engine in (("128", "fastest"), ("384", "fastest_384")):
     _check_build_noise(_record(f"build_noise_{model}")["results"], engine, section, prose)
+  # The README's noise of the approximate index: the spread of the 128-d index's five builds.
+  ndcg = [b["fastest"]["ndcg@10"] for b in _record("build_noise_128")["results"]["builds"]]
+  assert (f"move nDCG@10 by up to {max(ndcg) - min(ndcg):.3f} (five builds of the 128-d recipe's "
+          "index") in _prose("README.md")
 
 
 def _check_build_noise(results: dict, name: str, section: str, prose: str) -> None:
@@ -916,3 +921,12 @@ def test_the_leaf_coverage_table_is_its_record():
   ]
           for r in record["results"]["rows"]]
   assert rows == want and len(want) == 6
+
+
+def test_the_exported_model_sentence_is_its_record():
+  """The README's comparison of an exported model's token vectors, xtr against PyLate."""
+  result = _record("exported_model_pylate")["results"]
+  assert result["token_counts_equal"] == result["documents"]
+  assert (f"first {result['documents']} documents: {result['tokens']:,} tokens, the same count per "
+          f"document, max |xtr − PyLate| = {result['max_abs_difference']:.1e}".replace(
+              "e-07", "e-7") in _prose("README.md"))
