@@ -673,12 +673,13 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
 
 def test_the_build_memory_tables_hold_their_records_numbers():
   """docs/performance.md's tables of benchmarks/build_memory.py with rotated copies (384-d: 1x,
-  2x, 4x; 128-d: 1x, 4x, 16x, without and with reordering, and with a spherical tree), row for
-  row from their records."""
+  2x, 4x; 128-d: 1x, 4x, 16x, without and with reordering, with a spherical tree, and with leaves
+  of a fixed size at 1x and 4x), row for row from their records."""
   for name, heading in (("build_memory_rotated", "**Copies that are not near-duplicates**"),
                         ("build_memory_128", "**16× at 128 dimensions.**"),
                         ("build_memory_128_reorder", "**16× with reordering.**"),
-                        ("build_memory_128_spherical", "**Leaves ranked by cosine.**")):
+                        ("build_memory_128_spherical", "**Leaves ranked by cosine.**"),
+                        ("build_memory_128_fixed", "**Leaves of a fixed size.**")):
     record = _record(name)
     text = (REPO / "docs" / "performance.md").read_text()
     section = re.split(r"\n\n(?:###|\*\*)", text[text.index(heading):])[0]
@@ -905,6 +906,10 @@ def test_the_128d_build_memory_exponents_are_their_records():
   assert f"fitted over the three, tokens^{reorder['search_exponent_at_recall_0.9']:.2f}." in text
   spherical = _record("build_memory_128_spherical")["fits"]["search_exponent_at_recall_0.9"]
   assert f"At recall ≥ 0.9 the cost grows as tokens^{spherical:.2f} from 1× to 16×" in text
+  fixed = _record("build_memory_128_fixed")["fits"]
+  at_recall = fixed["search_exponent_at_recall_0.9"]
+  assert f"**At recall ≥ 0.9 the cost grows as tokens^{at_recall:.2f}** over these two" in text
+  assert f"peak build RSS as tokens^{fixed['build_rss_exponent']:.2f}" in text
 
 
 def test_the_leaf_coverage_table_is_its_record():
