@@ -935,3 +935,12 @@ def test_the_exported_model_sentence_is_its_record():
   assert (f"first {result['documents']} documents: {result['tokens']:,} tokens, the same count per "
           f"document, max |xtr − PyLate| = {result['max_abs_difference']:.1e}".replace(
               "e-07", "e-7") in _prose("README.md"))
+
+
+def test_the_cpu_train_step_sentence_is_its_record():
+  """The README's step times of the 16- and 256-query MiniLM recipes on CPU and their ratio."""
+  b16, b256 = (row["results"] for row in _record("train_step_minilm_cpu")["rows"])
+  assert (b16["batch"], b256["batch"], b256["micro_batch"]) == (16, 256, 16)
+  assert (f"Its train step takes {b256['step_s']:.1f} s on 2 CPU cores, against "
+          f"{b16['step_s']:.1f} s for the demo's 16-query step: "
+          f"{b256['step_s'] / b16['step_s']:.0f} times the time") in _prose("README.md")
