@@ -7,7 +7,7 @@ Two sides, one per venv, over SciFact's first --docs documents:
     --checkpoint=runs/demo/xtr/wise_ft_0.7 --out=runs/exported/demo
   .venv/bin/python benchmarks/peers/exported_model.py --side=xtr --model=runs/exported/demo \
     --embed_dim=384 --vectors=runs/exported/xtr_vectors.npz
-  .venv-peers/bin/python benchmarks/peers/exported_model.py --side=pylate \
+  PYTHONPATH=. .venv-peers/bin/python benchmarks/peers/exported_model.py --side=pylate \
     --model=runs/exported/demo --vectors=runs/exported/xtr_vectors.npz \
     --record=docs/runs/exported_model_pylate.json
 
@@ -15,15 +15,11 @@ The xtr side reads the directory back (gin/models/minilm_l6.gin with MINILM_DIR 
 each document's valid token vectors; the PyLate side loads it with `ColBERT(model_name_or_path=
 ...)` without ColBERT's [Q]/[D] prefixes, query expansion or punctuation skiplist (XTR has none),
 documents cut at 256 tokens, and prints the largest difference from xtr's vectors (with
---record, also writes it with the command, git commit, PyLate's version and the date).
+--record, also writes it as a run record: `xtr.evaluation.run_record`, hence PYTHONPATH=.).
 """
 import argparse
-import datetime
 import gzip
 import json
-import shlex
-import subprocess
-import sys
 
 import numpy as np
 
@@ -71,20 +67,12 @@ def _pylate_side(args: argparse.Namespace) -> None:
   print(f"{result['documents']} documents, {result['tokens']} tokens: token counts equal in "
         f"{result['token_counts_equal']} of {len(ours)}; max |xtr - PyLate| = {diff:.2e}")
   if args.record:
-    with open(args.record, "w", encoding="utf-8") as f:
-      json.dump({"results": result, **_provenance()}, f, indent=1)
+    import pylate  # pylint: disable=g-import-not-at-top
 
-
-def _provenance() -> dict[str, str]:
-  """The command, git commit, PyLate's version and the date (UTC) of this run."""
-  import pylate  # pylint: disable=g-import-not-at-top
-  commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-  return {
-      "command": shlex.join(["exported_model.py", *sys.argv[1:]]),
-      "git_commit": commit.stdout.strip(),
-      "pylate_version": pylate.__version__,
-      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-  }
+    from xtr import io  # pylint: disable=g-import-not-at-top
+    from xtr.evaluation import run_record  # pylint: disable=g-import-not-at-top
+    result["pylate_version"] = pylate.__version__
+    io.write_results(args.record, run_record.record(result, ["data/scifact"], "test"))
 
 
 def main() -> None:
