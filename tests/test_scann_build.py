@@ -144,10 +144,8 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
 
 def _centers(searcher, out_dir) -> np.ndarray:
   """[leaves, D] the centers of a searcher's partitions, read back from what `write` serialized."""
-  out_dir.mkdir()
-  scann.write(searcher, str(out_dir))
   serialized = partitioner_pb2.SerializedPartitioner.FromString(
-      (out_dir / "scann" / "serialized_partitioner.pb").read_bytes())
+      (_written(searcher, out_dir) / "serialized_partitioner.pb").read_bytes())
   return np.array([list(c.dimension) for c in serialized.kmeans.kmeans_tree.root.centers])
 
 
@@ -227,6 +225,12 @@ def test_fixed_size_leaves_keep_their_size_as_the_corpus_grows(tmp_path):
 
 def _leaf_sizes(searcher, out_dir) -> np.ndarray:
   """[leaves] tokens per partition, from the partition of each token that `write` serialized."""
+  partitions = np.load(_written(searcher, out_dir) / "datapoint_to_token.npy", allow_pickle=False)
+  return np.bincount(partitions)
+
+
+def _written(searcher, out_dir: pathlib.Path) -> pathlib.Path:
+  """The directory of the files that `scann.write` serializes `searcher` into, under out_dir."""
   out_dir.mkdir()
   scann.write(searcher, str(out_dir))
-  return np.bincount(np.load(out_dir / "scann" / "datapoint_to_token.npy", allow_pickle=False))
+  return out_dir / "scann"
