@@ -4,7 +4,8 @@ XLA's `compiled.memory_analysis()` gives each device's temporary and argument by
 run or allocated, so the paper's shapes can be compiled on simulated CPU devices:
 
   .venv/bin/python benchmarks/loss_memory.py [--shapes=reduced,paper] [--meshes=1x1,8x1,4x2]
-  NUM_CPU_DEVICES=64 .venv/bin/python benchmarks/loss_memory.py --shapes=paper --meshes=64x1,32x2
+  NUM_CPU_DEVICES=64 .venv/bin/python benchmarks/loss_memory.py --shapes=paper --meshes=64x1,32x2 \
+      [--out=RECORD_JSON]
 
 MiB per device: "loss temporaries" of the in-batch loss and its gradient alone (token vectors
 in, no encoder); "step temporaries" and "step arguments" (parameters, optimizer state, batch) of
@@ -14,7 +15,8 @@ it ("global": `xtr.scoring.functions` on the global [B, n, C, m] token scores, l
 partitioner, which replicates the top-k), with gradient caching ("grad_cache": sharded, in
 micro-batches of `trainer.train.micro_batch_size` queries), and with FSDP ("fsdp": sharded,
 parameters and optimizer state split over `data` as well). A model axis splits each query's tokens
-in the loss.
+in the loss. --out writes the rows as a run record (`xtr.evaluation.run_record`: with the command
+and git commit).
 """
 import os
 
@@ -34,6 +36,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
+from xtr import io  # noqa: E402
+from xtr.evaluation import run_record  # noqa: E402
 from xtr.models import t5  # noqa: E402
 from xtr.models import xtr_encoder  # noqa: E402
 from xtr.scoring import functions  # noqa: E402
@@ -49,7 +53,7 @@ _MESHES = flags.DEFINE_list(
     "(data)x(model) meshes; data * model <= NUM_CPU_DEVICES (the simulated devices, default 8).")
 _VARIANTS = flags.DEFINE_list("variants", ["global", "sharded", "grad_cache", "fsdp"],
                               "Objectives and layouts (see step_memory).")
-_OUT = flags.DEFINE_string("out", None, "Also write the table (markdown) to this file.")
+_OUT = flags.DEFINE_string("out", None, "Also write the rows to this JSON run record.")
 
 MIB = 2**20
 
@@ -177,11 +181,11 @@ def _mib(compiled) -> tuple[float, float]:
 
 def main(argv) -> None:
   del argv
-  rows = [
+  run_record.mark_start()
+  print(
       "| shape | objective | mesh (data, model) | loss temporaries | step temporaries | "
-      "step arguments |", "|---|---|---|---|---|---|"
-  ]
-  print("\n".join(rows), flush=True)
+      "step arguments |\n|---|---|---|---|---|---|", flush=True)
+  rows = []
   for name in _SHAPES.value:
     shape = SHAPES[name]
     meshes = [tuple(int(n) for n in m.split("x")) for m in _MESHES.value]
@@ -194,12 +198,19 @@ def main(argv) -> None:
       mesh = partitioning.make_mesh(model_parallel, devices=jax.devices()[:data * model_parallel])
       loss_temp, _ = loss_memory(shape, mesh, variant)
       step_temp, step_args = step_memory(shape, mesh, variant)
-      rows.append(f"| {name} | {variant} | ({data}, {model_parallel}) | {loss_temp:,.0f} | "
-                  f"{step_temp:,.0f} | {step_args:,.0f} |")
-      print(rows[-1], f"({time.time() - start:.0f} s)", flush=True)
+      rows.append({
+          "shape": name,
+          "objective": variant,
+          "mesh": [data, model_parallel],
+          "loss_temporaries_mib": loss_temp,
+          "step_temporaries_mib": step_temp,
+          "step_arguments_mib": step_args
+      })
+      print(
+          f"| {name} | {variant} | ({data}, {model_parallel}) | {loss_temp:,.0f} | "
+          f"{step_temp:,.0f} | {step_args:,.0f} | ({time.time() - start:.0f} s)", flush=True)
   if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      f.write("\n".join(rows) + "\n")
+    io.write_results(_OUT.value, run_record.record(rows, [], "test"))
 
 
 if __name__ == "__main__":
