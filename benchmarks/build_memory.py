@@ -100,14 +100,16 @@ def _writer(source: reader.TokenIndex, out_dir: str, scale: int) -> writer_lib.I
 
 
 def write_scale(index_dir: str, out_dir: str, scale: int, noise: float, rotate: bool) -> list[int]:
-  """Writes the chunks of the index of `scale`; returns each document's original (-1: real)."""
+  """Writes the chunks of the index of `scale` (those a killed run did not: the documents are
+  drawn the same way each time); returns each document's original (-1: real)."""
   source = reader.open_index(index_dir)
   writer = _writer(source, out_dir, scale)
   chunk, docs, originals = 0, [], []
 
   def write() -> None:
-    ids, vectors, saliences = zip(*docs)
-    writer.write_chunk(chunk, ids, vectors, saliences if source.has_salience else None)
+    if chunk >= writer.completed_chunks():
+      ids, vectors, saliences = zip(*docs)
+      writer.write_chunk(chunk, ids, vectors, saliences if source.has_salience else None)
 
   for doc_id, doc_vectors, salience, original in _documents(source, scale, noise, rotate):
     docs.append((doc_id, doc_vectors, salience))
