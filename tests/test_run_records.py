@@ -1,6 +1,7 @@
 """Run records (`xtr.evaluation.run_record`) and the numbers the docs quote from them: each table
 that links a record under docs/runs/ holds that record's numbers."""
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -944,3 +945,60 @@ def test_the_cpu_train_step_sentence_is_its_record():
   assert (f"Its train step takes {b256['step_s']:.1f} s on 2 CPU cores, against "
           f"{b16['step_s']:.1f} s for the demo's 16-query step: "
           f"{b256['step_s'] / b16['step_s']:.0f} times the time") in _prose("README.md")
+
+
+def _loss_memory_row(record: str, shape: str, objective: str, mesh: tuple[int, int]) -> dict:
+  """The row of docs/runs/`record`.json for `shape`, `objective` and `mesh` (data, model)."""
+  return next(r for r in _record(record)["results"]
+              if (r["shape"], r["objective"], tuple(r["mesh"])) == (shape, objective, mesh))
+
+
+@pytest.mark.parametrize("records",
+                         [["loss_memory_8"], ["loss_memory_pod_paper", "loss_memory_pod_xxl"],
+                          ["loss_memory_fsdp_paper"], ["loss_memory_fsdp_xxl"]],
+                         ids=lambda records: records[0])
+def test_the_train_step_memory_tables_are_their_records(records):
+  """docs/training.md: the table after each record's link holds its rows, in order."""
+  text = (REPO / "docs" / "training.md").read_text()
+  after = text[text.index(f"(runs/{records[-1]}.json)"):]
+  table = re.search(r"\n\|---[|-]*\n((?:\|.*\n)+)", after).group(1)
+  want = [
+      f"| {r['shape']} | {r['objective']} | ({r['mesh'][0]}, {r['mesh'][1]}) | "
+      f"{r['loss_temporaries_mib']:,.0f} | {r['step_temporaries_mib']:,.0f} | "
+      f"{r['step_arguments_mib']:,.0f} |" for name in records for r in _record(name)["results"]
+  ]
+  assert table.splitlines() == want
+
+
+def test_the_train_step_memory_figures_are_their_records():
+  """The GiB that the README and docs/training.md's conclusions quote."""
+  gib = lambda record, shape, objective, mesh, column="step_temporaries_mib": _loss_memory_row(
+      record, shape, objective, mesh)[column] / 1024
+  loss = functools.partial(gib, column="loss_temporaries_mib")
+  arguments = functools.partial(gib, column="step_arguments_mib")
+  pod, xxl, one = "loss_memory_pod_paper", "loss_memory_pod_xxl", "loss_memory_8"
+  base = ("step needs {:.1f} GiB of temporaries per device ({:.2f} GiB for the loss, which needed "
+          "{:.1f} GiB per device before it was sharded)").format(
+              gib(pod, "paper", "sharded", (64, 1)), loss(pod, "paper", "sharded", (64, 1)),
+              loss(pod, "paper", "global", (64, 1)))
+  readme = _prose("README.md")
+  assert base in readme
+  assert (f"gradient caching (below): {gib(xxl, 'xxl', 'grad_cache', (16, 8)):.1f} GiB of "
+          "temporaries per device on 128 devices as (16, 8)") in readme
+  at_once, micro = gib(one, "paper", "sharded", (1, 1)), gib(one, "paper", "grad_cache", (1, 1))
+  assert (f"needs {at_once:.0f} GiB of temporaries on one device at once and {micro:.0f} GiB in "
+          "micro-batches of 32") in readme
+  training = _prose("docs/training.md")
+  for claim in (
+      f"fall as 1/S: {loss(one, 'paper', 'sharded', (1, 1)):.1f} GiB on one device, "
+      f"{loss(one, 'paper', 'sharded', (8, 1)):.1f} GiB with 8 data shards",
+      f"whole sharded step needs {gib(pod, 'paper', 'sharded', (64, 1)):.1f} GiB of temporaries "
+      f"and {arguments(pod, 'paper', 'sharded', (64, 1)):.2f} GiB of arguments per device",
+      f"needed {gib(pod, 'paper', 'global', (64, 1)):.1f} + "
+      f"{arguments(pod, 'paper', 'global', (64, 1)):.2f} GiB",
+      f"dominate ({gib(xxl, 'xxl', 'sharded', (16, 8)):.1f} GiB of temporaries with the sharded "
+      f"loss, {gib(xxl, 'xxl', 'global', (16, 8)):.1f} with the global one)",
+      f"the step needs {gib(xxl, 'xxl', 'grad_cache', (16, 8)):.1f} GiB of temporaries and "
+      f"{arguments(xxl, 'xxl', 'grad_cache', (16, 8)):.1f} GiB of arguments",
+      f"{at_once:.0f} GiB at once, {micro:.1f} GiB in micro-batches of 32"):
+    assert claim in training, claim
