@@ -187,7 +187,7 @@ def test_the_adaptation_table_holds_its_records_numbers():
 
 
 def test_the_entropy_lp_table_holds_its_records_numbers():
-  record = _record("entropy_lp_study")
+  record, summary = _record("entropy_lp_study"), _launch_script("entropy_lp_summary")
   rows = _rows("### Why the entropy-LP gate trains worse here", r"(?!run$)[a-z_0-9.]+")
   assert [row[0] for row in rows] == list(record)
   for row, run in zip(rows, record.values()):
@@ -195,6 +195,12 @@ def test_the_entropy_lp_table_holds_its_records_numbers():
     assert row[1] == " / ".join(f"{value:.4f}" for _, value in by_step)
     full = run.get("full_retrieval")
     assert row[2] == ("—" if full is None else f"{full['ndcg@10']:.4f} / {full['recall@100']:.4f}")
+    steps = {int(step): values for step, values in run["steps"].items()}
+    assert row[3:] == [
+        " / ".join(f"{v:.3f}"
+                   for v in summary.halves(steps, metric))
+        for metric in ("loss", "grad_norm", "document_salience")
+    ]
 
 
 def _printed(text: str, value: float) -> bool:
