@@ -1008,3 +1008,21 @@ def test_the_train_step_memory_figures_are_their_records():
       f"{arguments(xxl, 'xxl', 'grad_cache', (16, 8)):.1f} GiB of arguments",
       f"{at_once:.0f} GiB at once, {micro:.1f} GiB in micro-batches of 32"):
     assert claim in training, claim
+
+
+def test_the_export_encoding_table_and_ratios_are_their_record():
+  rows = _record("encode_throughput_minilm")["results"]["rows"]
+  want = [[
+      str(r["devices"]),
+      str(r["max_length"]),
+      str(r["length_bucket"]), f"{r['docs_per_s']:.1f}", f"{r['tokens_per_s']:,.0f}",
+      f"{r['max_abs_diff']:.1e}" if "max_abs_diff" in r else ""
+  ] for r in rows]
+  assert _rows("## Export encoding", r"[18]", "performance.md") == want
+  by = {(r["devices"], r["max_length"], r["length_bucket"]): r["docs_per_s"] for r in rows}
+  gain = {(d, n): by[d, n, 32] / by[d, n, None] for d in (1, 8) for n in (256, 512)}
+  assert (f"{gain[1, 512]:.1f}× on one device and {gain[8, 512]:.1f}× on eight; at 256, where most "
+          f"SciFact documents are cut, nothing ({gain[1, 256]:.2f}× and {gain[8, 256]:.2f}×"
+         ) in _prose("docs/performance.md")
+  low, high = sorted([gain[1, 512], gain[8, 512]])
+  assert f"{low:.1f}–{high:.1f}× at 512 tokens" in _prose("README.md")
