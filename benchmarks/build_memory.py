@@ -104,10 +104,11 @@ def write_scale(index_dir: str, out_dir: str, scale: int, noise: float, rotate: 
   drawn the same way each time); returns each document's original (-1: real)."""
   source = reader.open_index(index_dir)
   writer = _writer(source, out_dir, scale)
+  written = writer.completed_chunks()
   chunk, docs, originals = 0, [], []
 
   def write() -> None:
-    if chunk >= writer.completed_chunks():
+    if chunk >= written:
       ids, vectors, saliences = zip(*docs)
       writer.write_chunk(chunk, ids, vectors, saliences if source.has_salience else None)
 
