@@ -40,6 +40,7 @@ import numpy as np
 
 from xtr import io
 from xtr.evaluation import beir_eval
+from xtr.index import build
 from xtr.index import files
 from xtr.index import reader
 from xtr.index import scann
@@ -64,69 +65,101 @@ def _rotation(dim: int, seed: int) -> np.ndarray:
   return q * np.sign(np.diag(r))
 
 
+def _copies(source: reader.TokenIndex, scale: int, noise: float):
+  """Yields (original doc, tokens before it, its noise [len, D]) for each copy in the index of
+  `scale`: drawn at random (seeded) until scale times the source's tokens. Reads no vectors, so
+  planning the index (`_originals`) draws what writing it draws."""
+  rng, total = np.random.default_rng(scale), source.num_tokens
+  while total < scale * source.num_tokens:
+    original = int(rng.integers(source.num_docs))
+    length = int(source.doc_lengths[original])
+    yield original, total, rng.normal(0, noise / np.sqrt(source.dim), (length, source.dim))
+    total += length
+
+
+def _originals(source: reader.TokenIndex, scale: int, noise: float) -> list[int]:
+  """[N] each document's original in the index of `scale` (-1: a real one)."""
+  return [-1] * source.num_docs + [original for original, _, _ in _copies(source, scale, noise)]
+
+
 def _documents(source: reader.TokenIndex, scale: int, noise: float, rotate: bool):
-  """Yields (doc id, [len, D] float32 vectors, [len] saliences or None, original doc or -1): the
-  source's documents, then copies until scale times its tokens, moved by noise, and with `rotate`
-  turned by the random rotation of their copy of the corpus (the copies drawn while the tokens
-  pass the 2nd, 3rd, ... multiple of the source's share one). Saliences where the source's model
-  has a salience gate (ALIGNER's): a copy keeps its original's."""
+  """Yields (doc id, [len, D] float32 vectors, [len] saliences or None): the source's documents,
+  then its copies (`_copies`) moved by their noise and renormalized, with `rotate` first turned
+  by the random rotation of their copy of the corpus (the copies drawn while the tokens pass the
+  2nd, 3rd, ... multiple of the source's share one). Saliences where the source's model has a
+  salience gate (ALIGNER's): a copy keeps its original's."""
 
   def saliences(docs) -> list:
     return source.doc_saliences(docs) if source.has_salience else [None] * len(docs)
 
   for start in range(0, source.num_docs, DOCS_PER_CHUNK):
     docs = range(start, min(start + DOCS_PER_CHUNK, source.num_docs))
-    for d, vectors, salience in zip(docs, source.doc_vectors(docs), saliences(docs)):
-      yield source.doc_ids[d], vectors, salience, -1
-  rng, total = np.random.default_rng(scale), source.num_tokens
-  while total < scale * source.num_tokens:
-    original = int(rng.integers(source.num_docs))
+    yield from zip((source.doc_ids[d] for d in docs), source.doc_vectors(docs), saliences(docs))
+  for original, total, noise_vectors in _copies(source, scale, noise):
     vectors = source.doc_vectors([original])[0]
     if rotate:
-      vectors = vectors @ _rotation(vectors.shape[1], total // source.num_tokens)
-    moved = vectors + rng.normal(0, noise / np.sqrt(vectors.shape[1]), vectors.shape)
+      vectors = vectors @ _rotation(source.dim, total // source.num_tokens)
+    moved = vectors + noise_vectors
     yield (f"copy-{total}", moved / np.linalg.norm(moved, axis=1, keepdims=True),
-           saliences([original])[0], original)
-    total += len(vectors)
+           saliences([original])[0])
 
 
-def _writer(source: reader.TokenIndex, out_dir: str, scale: int) -> writer_lib.IndexWriter:
-  """The writer of the index of `scale` (a new one, or the one `write_scale` left)."""
+def _shards(out_dir: str, num_docs: int, num_shards: int) -> list[tuple[str, range]]:
+  """(directory, documents) of each shard of an index of `num_docs` documents under out_dir, cut
+  as `xtr-export --num_shards` cuts a corpus (one shard: out_dir itself)."""
+  if num_shards == 1:
+    return [(out_dir, range(num_docs))]
+  return [(files.shard_path(out_dir, shard, num_shards),
+           build.shard_range(num_docs, shard, num_shards)) for shard in range(num_shards)]
+
+
+def _writer(source: reader.TokenIndex, out_dir: str, scale: int, docs: range,
+            num_docs: int) -> writer_lib.IndexWriter:
+  """The writer of `docs` of the index of `scale` (a new one, or the one `write_scale` left)."""
   manifest = source.manifest
-  corpus = manifest["corpus"] | {"path": f"{scale}x {manifest['corpus']['path']}"}
+  corpus = manifest["corpus"] | {
+      "path": f"{scale}x {manifest['corpus']['path']}",
+      "docs": [docs.start, docs.stop],
+      "total_docs": num_docs
+  }
   return writer_lib.IndexWriter(out_dir, source.dim, manifest["dtype"], manifest["model"],
                                 manifest["fingerprint"], DOCS_PER_CHUNK, corpus,
                                 vocabulary=source.vocabulary_file())
 
 
-def write_scale(index_dir: str, out_dir: str, scale: int, noise: float, rotate: bool) -> list[int]:
-  """Writes the chunks of the index of `scale` (those a killed run did not: the documents are
-  drawn the same way each time); returns each document's original (-1: real)."""
+def write_scale(index_dir: str, out_dir: str, scale: int, num_shards: int, noise: float,
+                rotate: bool) -> list[int]:
+  """Writes the chunks of the index of `scale` as `num_shards` shards (those a killed run did
+  not: the documents are drawn the same way each time); returns each document's original (-1:
+  real)."""
   source = reader.open_index(index_dir)
-  writer = _writer(source, out_dir, scale)
-  written = writer.completed_chunks()
-  chunk, docs, originals = 0, [], []
-
-  def write() -> None:
-    if chunk >= written:
-      ids, vectors, saliences = zip(*docs)
-      writer.write_chunk(chunk, ids, vectors, saliences if source.has_salience else None)
-
-  for doc_id, doc_vectors, salience, original in _documents(source, scale, noise, rotate):
-    docs.append((doc_id, doc_vectors, salience))
-    originals.append(original)
-    if len(docs) == DOCS_PER_CHUNK:
-      write()
-      chunk, docs = chunk + 1, []
-  if docs:
-    write()
+  originals = _originals(source, scale, noise)
+  shards = _shards(out_dir, len(originals), num_shards)
+  writers = [_writer(source, path, scale, docs, len(originals)) for path, docs in shards]
+  written = [writer.completed_chunks() for writer in writers]
+  shard, chunk = 0, []
+  for d, document in enumerate(_documents(source, scale, noise, rotate)):
+    if d == shards[shard][1].stop:
+      shard += 1
+    chunk.append(document)
+    local = d - shards[shard][1].start
+    if len(chunk) == DOCS_PER_CHUNK or d + 1 == shards[shard][1].stop:
+      if local // DOCS_PER_CHUNK >= written[shard]:
+        ids, vectors, saliences = zip(*chunk)
+        writers[shard].write_chunk(local // DOCS_PER_CHUNK, ids, vectors,
+                                   saliences if source.has_salience else None)
+      chunk = []
   return originals
 
 
-def build_scale(index_dir: str, out_dir: str, scale: int, config: scann.ScannConfig) -> dict:
-  """Builds ScaNN over the written chunks of `scale`, in a process that did nothing else: its
-  peak RSS is the process's (imports included) while it builds."""
-  writer = _writer(reader.open_index(index_dir), out_dir, scale)
+def build_shard(index_dir: str, out_dir: str, scale: int, shard: int, num_shards: int,
+                noise: float, config: scann.ScannConfig) -> dict:
+  """Builds ScaNN over the written chunks of one shard of `scale`, in a process that did
+  nothing else: its peak RSS is the process's (imports included) while it builds."""
+  source = reader.open_index(index_dir)
+  num_docs = len(_originals(source, scale, noise))
+  path, docs = _shards(out_dir, num_docs, num_shards)[shard]
+  writer = _writer(source, path, scale, docs, num_docs)
   before = _status_mb("VmRSS")
   start = time.perf_counter()
   built = writer.finalize(config)
@@ -138,6 +171,26 @@ def build_scale(index_dir: str, out_dir: str, scale: int, config: scann.ScannCon
       "build_peak_rss_mb": _status_mb("VmHWM"),
       "scann_bytes_per_token": files.bytes_by_kind(built)["scann"] / built["num_tokens"],
       "num_leaves": built["scann"]["num_leaves"]
+  }
+
+
+def _sharded(builds: list[dict]) -> dict:
+  """One record of a scale's shard builds: tokens, time and leaves summed, peaks the largest
+  shard's (each shard is built alone); a single shard's record as it is."""
+  if len(builds) == 1:
+    return builds[0]
+  tokens = sum(b["tokens"] for b in builds)
+  return {
+      "scale": builds[0]["scale"],
+      "shards": len(builds),
+      "tokens": tokens,
+      "build_s": sum(b["build_s"] for b in builds),
+      "rss_before_build_mb": max(b["rss_before_build_mb"] for b in builds),
+      "build_peak_rss_mb": max(b["build_peak_rss_mb"] for b in builds),
+      "scann_bytes_per_token":
+          sum(b["scann_bytes_per_token"] * b["tokens"] for b in builds) / tokens,
+      "num_leaves": sum(b["num_leaves"] for b in builds),
+      "by_shard": builds
   }
 
 
@@ -208,36 +261,47 @@ def main() -> None:
   parser.add_argument("--reorder_type", default="float32", help="float32, bfloat16 or int8")
   parser.add_argument("--leaves_to_search", default="",
                       help="Also search with these numbers of leaves (comma-separated).")
+  parser.add_argument("--shards", default="",
+                      help="Shards of each scale, comma-separated in --scales' order (default: 1).")
   parser.add_argument("--write", type=int, help="Internal: write this scale's chunks.")
   parser.add_argument("--build", type=int, help="Internal: build this scale's ScaNN.")
+  parser.add_argument("--shard", type=int, default=0, help="Internal: the shard --build builds.")
   args = parser.parse_args()
   config = scann.ScannConfig(num_leaves=args.num_leaves, spherical=args.spherical,
                              leaf_size=args.leaf_size, training_threads=args.training_threads,
                              reorder_k=args.reorder_k, reorder_type=args.reorder_type)
-  internal_steps = {
-      "write": lambda scale, out: write_scale(args.index, out, scale, args.noise, args.rotate),
-      "build": lambda scale, out: build_scale(args.index, out, scale, config)
-  }
-  for step, run in internal_steps.items():
-    if getattr(args, step):
-      scale = getattr(args, step)
-      print(json.dumps(run(scale, os.path.join(args.out, f"s{scale}"))))
-      return
+  scales = [int(s) for s in args.scales.split(",")]
+  num_shards = dict(zip(scales, [int(s) for s in args.shards.split(",") if s] or [1] * len(scales)))
+  if args.write:
+    out = os.path.join(args.out, f"s{args.write}")
+    print(json.dumps(write_scale(args.index, out, args.write, num_shards[args.write], args.noise,
+                                 args.rotate)))
+    return
+  if args.build:
+    out = os.path.join(args.out, f"s{args.build}")
+    print(json.dumps(build_shard(args.index, out, args.build, args.shard, num_shards[args.build],
+                                 args.noise, config)))
+    return
   leaves = [int(n) for n in args.leaves_to_search.split(",") if n]
   encoder, source = searcher.open_for_search(args.index, args.checkpoint)
   q, q_mask, _ = encoder.encode_queries(beir_eval.load_beir(args.data_dir, "test").queries)
   queries = [vectors[mask] for vectors, mask in zip(q, q_mask)]
+  reader.FANOUT_THREADS = 1  # A sharded scale's shards are searched one after the other.
+
+  def run(*step: str) -> dict | list:
+    """An internal step in a fresh process: what it prints."""
+    output = subprocess.run([sys.executable, __file__, *sys.argv[1:], *step], check=True,
+                            capture_output=True, text=True).stdout
+    return json.loads(output.splitlines()[-1])
+
   rows = []
-  for scale in map(int, args.scales.split(",")):
+  for scale in scales:
     path = os.path.join(args.out, f"s{scale}")
     record = path + ".build.json"
     if not os.path.exists(record):
-      row = {}
-      for step in ("write", "build"):
-        output = subprocess.run([sys.executable, __file__, *sys.argv[1:], f"--{step}={scale}"],
-                                check=True, capture_output=True, text=True).stdout
-        row[step] = json.loads(output.splitlines()[-1])
-      io.write_results(record, row["build"] | {"copies_of": row["write"]})
+      originals = run(f"--write={scale}")
+      builds = [run(f"--build={scale}", f"--shard={k}") for k in range(num_shards[scale])]
+      io.write_results(record, _sharded(builds) | {"copies_of": originals})
     with open(record, encoding="utf-8") as f:
       row = json.load(f)
     index = reader.open_index(path)
