@@ -3,7 +3,7 @@
   .venv/bin/python benchmarks/build_memory.py INDEX_DIR CHECKPOINT DATA_DIR OUT_DIR \
       [--scales=1,2,4] [--noise=0.3] [--rotate] [--num_leaves=1000000] [--leaves_to_search=200,400]
       [--reorder_k=4000 --reorder_type=int8] [--spherical] [--leaf_size=1114]
-      [--training_threads=0]
+      [--training_threads=0] [--shards=1,1,4]
 
 INDEX_DIR is a complete index with stored vectors (e.g. SciFact's, `xtr-export
 --store_vectors=float16`). For scale s, OUT_DIR/s{s} is an index of s times its tokens: its
@@ -15,7 +15,10 @@ token has its original as nearest neighbour among the real tokens is reported (a
 are not near-duplicates). Each scale's chunks are written by one process, then its ScaNN is
 built by a fresh one that does nothing else (`IndexWriter.finalize`, as `xtr-export` does after
 encoding): its peak RSS is that process's, imports included, beside its RSS when the build
-started.
+started. With --shards (one number per scale), a scale is written as that many shards of
+contiguous documents, as `xtr-export --num_shards` cuts a corpus, and each shard's ScaNN is built
+by a fresh process of its own: the scale's peak RSS is its largest shard's, its build time the
+sum, and it is searched as one index, the shards one after the other on one thread.
 ScaNN's settings are the defaults but `num_leaves` (default here: no cap, so the tree keeps √T
 leaves and each query token scans ~100·√T tokens; with --leaf_size, T / leaf_size leaves of a
 fixed size: `ScannConfig.leaf_size`), trained on one thread (or --training_threads), with
@@ -109,8 +112,8 @@ def _shards(out_dir: str, num_docs: int, num_shards: int) -> list[tuple[str, ran
   as `xtr-export --num_shards` cuts a corpus (one shard: out_dir itself)."""
   if num_shards == 1:
     return [(out_dir, range(num_docs))]
-  return [(files.shard_path(out_dir, shard, num_shards),
-           build.shard_range(num_docs, shard, num_shards)) for shard in range(num_shards)]
+  ranges = [build.shard_range(num_docs, shard, num_shards) for shard in range(num_shards)]
+  return [(files.shard_path(out_dir, shard, num_shards), docs) for shard, docs in enumerate(ranges)]
 
 
 def _writer(source: reader.TokenIndex, out_dir: str, scale: int, docs: range,
@@ -152,8 +155,8 @@ def write_scale(index_dir: str, out_dir: str, scale: int, num_shards: int, noise
   return originals
 
 
-def build_shard(index_dir: str, out_dir: str, scale: int, shard: int, num_shards: int,
-                noise: float, config: scann.ScannConfig) -> dict:
+def build_shard(index_dir: str, out_dir: str, scale: int, shard: int, num_shards: int, noise: float,
+                config: scann.ScannConfig) -> dict:
   """Builds ScaNN over the written chunks of one shard of `scale`, in a process that did
   nothing else: its peak RSS is the process's (imports included) while it builds."""
   source = reader.open_index(index_dir)
@@ -180,6 +183,7 @@ def _sharded(builds: list[dict]) -> dict:
   if len(builds) == 1:
     return builds[0]
   tokens = sum(b["tokens"] for b in builds)
+  scann_bytes = sum(b["scann_bytes_per_token"] * b["tokens"] for b in builds)
   return {
       "scale": builds[0]["scale"],
       "shards": len(builds),
@@ -187,8 +191,7 @@ def _sharded(builds: list[dict]) -> dict:
       "build_s": sum(b["build_s"] for b in builds),
       "rss_before_build_mb": max(b["rss_before_build_mb"] for b in builds),
       "build_peak_rss_mb": max(b["build_peak_rss_mb"] for b in builds),
-      "scann_bytes_per_token":
-          sum(b["scann_bytes_per_token"] * b["tokens"] for b in builds) / tokens,
+      "scann_bytes_per_token": scann_bytes / tokens,
       "num_leaves": sum(b["num_leaves"] for b in builds),
       "by_shard": builds
   }
@@ -274,13 +277,17 @@ def main() -> None:
   num_shards = dict(zip(scales, [int(s) for s in args.shards.split(",") if s] or [1] * len(scales)))
   if args.write:
     out = os.path.join(args.out, f"s{args.write}")
-    print(json.dumps(write_scale(args.index, out, args.write, num_shards[args.write], args.noise,
-                                 args.rotate)))
+    print(
+        json.dumps(
+            write_scale(args.index, out, args.write, num_shards[args.write], args.noise,
+                        args.rotate)))
     return
   if args.build:
     out = os.path.join(args.out, f"s{args.build}")
-    print(json.dumps(build_shard(args.index, out, args.build, args.shard, num_shards[args.build],
-                                 args.noise, config)))
+    print(
+        json.dumps(
+            build_shard(args.index, out, args.build, args.shard, num_shards[args.build], args.noise,
+                        config)))
     return
   leaves = [int(n) for n in args.leaves_to_search.split(",") if n]
   encoder, source = searcher.open_for_search(args.index, args.checkpoint)
