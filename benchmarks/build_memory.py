@@ -274,20 +274,19 @@ def main() -> None:
                              leaf_size=args.leaf_size, training_threads=args.training_threads,
                              reorder_k=args.reorder_k, reorder_type=args.reorder_type)
   scales = [int(s) for s in args.scales.split(",")]
-  num_shards = dict(zip(scales, [int(s) for s in args.shards.split(",") if s] or [1] * len(scales)))
-  if args.write:
-    out = os.path.join(args.out, f"s{args.write}")
-    print(
-        json.dumps(
-            write_scale(args.index, out, args.write, num_shards[args.write], args.noise,
-                        args.rotate)))
-    return
-  if args.build:
-    out = os.path.join(args.out, f"s{args.build}")
-    print(
-        json.dumps(
-            build_shard(args.index, out, args.build, args.shard, num_shards[args.build], args.noise,
-                        config)))
+  shards = [int(s) for s in args.shards.split(",") if s] or [1] * len(scales)
+  if len(shards) != len(scales):
+    parser.error(f"--shards={args.shards}: one number per scale of --scales={args.scales}")
+  num_shards = dict(zip(scales, shards))
+  if args.write or args.build:  # An internal step: its result goes to the parent's stdout.
+    scale = args.write or args.build
+    out = os.path.join(args.out, f"s{scale}")
+    if args.write:
+      result = write_scale(args.index, out, scale, num_shards[scale], args.noise, args.rotate)
+    else:
+      result = build_shard(args.index, out, scale, args.shard, num_shards[scale], args.noise,
+                           config)
+    print(json.dumps(result))
     return
   leaves = [int(n) for n in args.leaves_to_search.split(",") if n]
   encoder, source = searcher.open_for_search(args.index, args.checkpoint)
