@@ -8,7 +8,8 @@ serialization, for T random 128-d tokens, in a fresh process per T.
 
 Prints the peak resident memory (VmHWM, reset by /proc/self/clear_refs once the tokens exist)
 over the RSS before the build: after `scann.build`, then after `scann.write` (ScaNN's
-`serialize`). The options are `ScannConfig`'s (by default 300 leaves trained on 100,000 tokens).
+`serialize`). The options are `ScannConfig`'s (by default 300 leaves trained on 100,000 tokens);
+a sample of all T tokens builds ScaNN from all of them at once, with no upserts.
 """
 import argparse
 import tempfile
@@ -32,6 +33,7 @@ def main() -> None:
   parser.add_argument("--spherical", action="store_true")
   parser.add_argument("--reorder_k", type=int, default=0)
   parser.add_argument("--reorder_type", default="float32", help="float32, bfloat16 or int8")
+  parser.add_argument("--training_threads", type=int, default=1)
   args = parser.parse_args()
   rng = np.random.default_rng(0)
   tokens = np.concatenate([

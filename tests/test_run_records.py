@@ -1046,3 +1046,26 @@ def test_the_export_encoding_table_and_ratios_are_their_record():
          ) in _prose("docs/performance.md")
   low, high = sorted([gain[1, 512], gain[8, 512]])
   assert f"{low:.1f}–{high:.1f}× at 512 tokens" in _prose("README.md")
+
+
+def test_the_serialize_peaks_are_their_record():
+  """"Why 16× is sharded here": ScaNN's serialize peaks on 1M tokens as
+  docs/runs/scann_serialize_leaves.txt records them (MiB over the start after the build, after
+  serializing), line for line in the record's order."""
+  record = (REPO / "docs" / "runs" / "scann_serialize_leaves.txt").read_text()
+  peaks = [(int(a), int(b)) for a, b in re.findall(
+      r"^1,000,000 tokens, [\d,]+ leaves: peak over the start (\d+) MiB after the build, (\d+) MiB "
+      r"after serializing$", record, re.M)]
+  assert len(peaks) == 7
+  (_, sqrt_t), (_, fixed), (_, big_sample), (_, generic), (_, spherical), static5k, static1k = peaks
+  text = _prose("docs/performance.md")
+  assert (f"to {sqrt_t:,} MiB with √T = 1,000 leaves, to {big_sample:,} MiB with 1,000 leaves "
+          f"trained on the 640,000-token sample of 5,000 leaves, and to {fixed:,} MiB") in text
+  assert (f"{generic:,} MiB with 5,000 leaves of a generic tree without reordering "
+          f"({spherical:,} spherical)") in text
+  assert static1k[0] == static1k[1]
+  assert (
+      f"({static1k[0]:,} MiB after the build and after serializing) and "
+      f"{static5k[1] - static5k[0]:,} MiB with 5,000 ({static5k[0]:,} → {static5k[1]:,})") in text
+  per_leaf = sorted([(static5k[1] - static1k[1]) / 4000, (fixed - sqrt_t) / 4000])
+  assert f"{per_leaf[0]:.2f}–{per_leaf[1]:.2f} MiB per leaf added" in text
