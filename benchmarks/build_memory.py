@@ -33,6 +33,7 @@ build record exists is searched again, not rebuilt.
 """
 import argparse
 import functools
+import itertools
 import json
 import os
 import subprocess
@@ -137,30 +138,24 @@ def write_scale(index_dir: str, out_dir: str, scale: int, num_shards: int, noise
   real)."""
   source = reader.open_index(index_dir)
   originals = _originals(source, scale, noise)
-  shards = _shards(out_dir, len(originals), num_shards)
-  writers = [_writer(source, path, scale, docs, len(originals)) for path, docs in shards]
-  written = [writer.completed_chunks() for writer in writers]
-  shard, chunk = 0, []
-  for d, document in enumerate(_documents(source, scale, noise, rotate)):
-    if d == shards[shard][1].stop:
-      shard += 1
-    chunk.append(document)
-    local = d - shards[shard][1].start
-    if len(chunk) == DOCS_PER_CHUNK or d + 1 == shards[shard][1].stop:
-      if local // DOCS_PER_CHUNK >= written[shard]:
-        ids, vectors, saliences = zip(*chunk)
-        writers[shard].write_chunk(local // DOCS_PER_CHUNK, ids, vectors,
-                                   saliences if source.has_salience else None)
-      chunk = []
+  documents = _documents(source, scale, noise, rotate)
+  for path, docs in _shards(out_dir, len(originals), num_shards):
+    writer = _writer(source, path, scale, docs, len(originals))
+    written = writer.completed_chunks()
+    for chunk, start in enumerate(range(docs.start, docs.stop, DOCS_PER_CHUNK)):
+      batch = itertools.islice(documents, min(DOCS_PER_CHUNK, docs.stop - start))
+      ids, vectors, saliences = zip(*batch)
+      if chunk >= written:
+        writer.write_chunk(chunk, ids, vectors, saliences if source.has_salience else None)
   return originals
 
 
-def build_shard(index_dir: str, out_dir: str, scale: int, shard: int, num_shards: int, noise: float,
-                config: scann.ScannConfig) -> dict:
-  """Builds ScaNN over the written chunks of one shard of `scale`, in a process that did
-  nothing else: its peak RSS is the process's (imports included) while it builds."""
+def build_shard(index_dir: str, out_dir: str, scale: int, num_docs: int, shard: int,
+                num_shards: int, config: scann.ScannConfig) -> dict:
+  """Builds ScaNN over the written chunks of one shard of the index of `scale` (`num_docs`
+  documents), in a process that did nothing else: its peak RSS is the process's (imports
+  included) while it builds."""
   source = reader.open_index(index_dir)
-  num_docs = len(_originals(source, scale, noise))
   path, docs = _shards(out_dir, num_docs, num_shards)[shard]
   writer = _writer(source, path, scale, docs, num_docs)
   before = _status_mb("VmRSS")
@@ -269,6 +264,7 @@ def main() -> None:
   parser.add_argument("--write", type=int, help="Internal: write this scale's chunks.")
   parser.add_argument("--build", type=int, help="Internal: build this scale's ScaNN.")
   parser.add_argument("--shard", type=int, default=0, help="Internal: the shard --build builds.")
+  parser.add_argument("--num_docs", type=int, help="Internal: the documents of the --build scale.")
   args = parser.parse_args()
   config = scann.ScannConfig(num_leaves=args.num_leaves, spherical=args.spherical,
                              leaf_size=args.leaf_size, training_threads=args.training_threads,
@@ -284,7 +280,7 @@ def main() -> None:
     if args.write:
       result = write_scale(args.index, out, scale, num_shards[scale], args.noise, args.rotate)
     else:
-      result = build_shard(args.index, out, scale, args.shard, num_shards[scale], args.noise,
+      result = build_shard(args.index, out, scale, args.num_docs, args.shard, num_shards[scale],
                            config)
     print(json.dumps(result))
     return
@@ -306,7 +302,10 @@ def main() -> None:
     record = path + ".build.json"
     if not os.path.exists(record):
       originals = run(f"--write={scale}")
-      builds = [run(f"--build={scale}", f"--shard={k}") for k in range(num_shards[scale])]
+      builds = [
+          run(f"--build={scale}", f"--num_docs={len(originals)}", f"--shard={k}")
+          for k in range(num_shards[scale])
+      ]
       io.write_results(record, _sharded(builds) | {"copies_of": originals})
     with open(record, encoding="utf-8") as f:
       row = json.load(f)

@@ -1031,6 +1031,8 @@ def test_the_train_step_memory_figures_are_their_records():
 
 
 def test_the_export_encoding_table_and_ratios_are_their_record():
+  """"Export encoding": the table row for row from benchmarks/encode_throughput.py's record, and
+  the bucketing speed-ups quoted in performance.md and the README."""
   rows = _record("encode_throughput_minilm")["results"]["rows"]
   want = [[
       str(r["devices"]),
