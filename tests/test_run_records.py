@@ -139,6 +139,11 @@ def _record(name: str):
   return json.loads((REPO / "docs" / "runs" / f"{name}.json").read_text())
 
 
+def _fastest_at_recall(row: dict) -> float:
+  """p50 ms of a build_memory row's fastest setting with recall >= 0.9 of the exact top-k'."""
+  return min(r["p50_ms"] for r in [row, *row["by_leaves"]] if r["recall"] >= 0.9)
+
+
 def _rows(heading: str, first_cell: str, page: str = "results.md") -> list[list[str]]:
   """The cells of the table rows under `heading` in docs/`page` (up to the next heading) whose
   first cell matches the regex `first_cell`."""
@@ -681,12 +686,13 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
 def test_the_build_memory_tables_hold_their_records_numbers():
   """docs/performance.md's tables of benchmarks/build_memory.py with rotated copies (384-d: 1x,
   2x, 4x; 128-d: 1x, 4x, 16x, without and with reordering, with a spherical tree, and with leaves
-  of a fixed size, 16x as 4 shards), row for row from their records."""
+  of a fixed size, 16x as 4 shards and as 2), row for row from their records."""
   for name, heading in (("build_memory_rotated", "**Copies that are not near-duplicates**"),
                         ("build_memory_128", "**16× at 128 dimensions.**"),
                         ("build_memory_128_reorder", "**16× with reordering.**"),
                         ("build_memory_128_spherical", "**Leaves ranked by cosine.**"),
-                        ("build_memory_128_fixed", "**Leaves of a fixed size.**")):
+                        ("build_memory_128_fixed", "**Leaves of a fixed size.**"),
+                        ("build_memory_128_fixed_2shards", "**16× as two shards of 8×.**")):
     record = _record(name)
     text = (REPO / "docs" / "performance.md").read_text()
     section = re.split(r"\n\n(?:###|\*\*)", text[text.index(heading):])[0]
@@ -918,12 +924,7 @@ def test_the_128d_build_memory_exponents_are_their_records():
           "over the three scales**") in text
   assert f"the peak grows as tokens^{fits['build_rss_exponent']:.2f} over the three" in text
   # The fastest setting with recall >= 0.9 at each scale, and 1x -> 4x alone.
-  fastest = [
-      min(r["p50_ms"]
-          for r in [row, *row["by_leaves"]]
-          if r["recall"] >= 0.9)
-      for row in fixed["rows"]
-  ]
+  fastest = [_fastest_at_recall(row) for row in fixed["rows"]]
   one_to_four = np.log(fastest[1] / fastest[0]) / np.log(4)
   assert (f"the cost grows from {fastest[0]:.1f} ms (25 leaves) at 1× to {fastest[1]:.1f} ms "
           f"(50 leaves) at 4×, tokens^{one_to_four:.2f}") in text
@@ -937,6 +938,46 @@ def test_the_128d_build_memory_exponents_are_their_records():
   assert (f"built as 4 shards peaked at {fixed['rows'][2]['build_peak_rss_mb'] / 1024:.1f} GiB per "
           f"shard, where one index of them peaked at {spherical_16x / 1024:.1f} GiB with √T "
           "leaves") in _prose("README.md")
+
+
+def test_the_two_shard_claims_are_their_records():
+  """docs/performance.md's "16× as two shards of 8×" and the README's sentence on it: the fitted
+  exponent, its bend, the comparison with the 4-shard run (same vectors: the 1x and 4x recalls
+  agree) and the shards' peaks, from the two records."""
+  two, four = _record("build_memory_128_fixed_2shards"), _record("build_memory_128_fixed")
+  for new, old in zip(two["rows"][:2], four["rows"][:2]):
+    assert [round(r["recall"], 3) for r in [new, *new["by_leaves"]] if r["leaves_searched"] != 75
+           ] == [round(r["recall"], 3) for r in [old, *old["by_leaves"]]]
+  f1, f4, f16 = map(_fastest_at_recall, two["rows"])
+  old1, old16 = _fastest_at_recall(four["rows"][0]), _fastest_at_recall(four["rows"][2])
+  text = _prose("docs/performance.md")
+  exponent = two["fits"]["search_exponent_at_recall_0.9"]
+  by_leaves = {r["leaves_searched"]: r for r in two["rows"][2]["by_leaves"]}
+  assert by_leaves[50]["p50_ms"] == f16
+  assert exponent <= 0.5
+  assert (f"**At recall ≥ 0.9 the cost grows as tokens^{exponent:.2f} over the three scales**: "
+          f"{f1:.1f}, {f4:.1f} and {f16:.1f} ms (50 leaves per shard at 16×: recall "
+          f"{by_leaves[50]['recall']:.3f}; 25 give {by_leaves[25]['recall']:.3f})") in text
+  assert (f"with the 4-shard run's 1× time ({old1:.1f} ms, the same setting and recall on the same "
+          f"kind of machine) it is {np.log(f16 / old1) / np.log(16):.2f}") in text
+  assert (f"{np.log(f4 / f1) / np.log(4):.2f} from 1× to 4×, "
+          f"{np.log(f16 / f4) / np.log(4):.2f} from 4× to 16×") in text
+  assert f"({f16:.1f} against 2 × {f4:.1f} ms)" in text
+  sixteen, four_x = two["rows"][2], two["rows"][1]
+  shards = sixteen["by_shard"]
+  assert (f"{f16:.1f} ms against {old16:.1f} ms ({old16 / f16:.1f}× faster), for a build peak of "
+          f"{sixteen['build_peak_rss_mb']:,.0f} MiB per shard against "
+          f"{four['rows'][2]['build_peak_rss_mb']:,.0f}, and {sixteen['build_s']:,.0f} s of build "
+          f"against {four['rows'][2]['build_s']:,.0f} s") in text
+  assert (
+      f"{shards[0]['build_peak_rss_mb']:,.0f} and {shards[1]['build_peak_rss_mb']:,.0f} MiB for "
+      f"the two 8× shards, {shards[0]['build_peak_rss_mb'] / four_x['build_peak_rss_mb']:.2f}× "
+      f"the 4× index's {four_x['build_peak_rss_mb']:,.0f} MiB for "
+      f"{shards[0]['tokens'] / four_x['tokens']:.2f}× its tokens; its build time "
+      f"{shards[0]['build_s'] / four_x['build_s']:.1f}×") in text
+  assert (f"as 2 shards they peaked at {sixteen['build_peak_rss_mb'] / 1024:.1f} GiB per shard and "
+          f"answered in {f16:.1f} ms per query at recall ≥ 0.9 of exact search, against "
+          f"{old16:.1f} ms with 4") in _prose("README.md")
 
 
 def test_the_leaf_coverage_table_is_its_record():
