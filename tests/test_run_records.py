@@ -943,7 +943,7 @@ def test_the_128d_build_memory_exponents_are_their_records():
 def test_the_two_shard_claims_are_their_records():
   """docs/performance.md's "16× as two shards of 8×" and the README's sentence on it: the fitted
   exponent, its bend, the comparison with the 4-shard run (same vectors: the 1x and 4x recalls
-  agree) and the shards' peaks, from the two records."""
+  agree), the shards' peaks and their sampled RSS, from the records."""
   two, four = _record("build_memory_128_fixed_2shards"), _record("build_memory_128_fixed")
   for new, old in zip(two["rows"][:2], four["rows"][:2]):
     assert [round(r["recall"], 3) for r in [new, *new["by_leaves"]] if r["leaves_searched"] != 75
@@ -975,6 +975,21 @@ def test_the_two_shard_claims_are_their_records():
       f"the 4× index's {four_x['build_peak_rss_mb']:,.0f} MiB for "
       f"{shards[0]['tokens'] / four_x['tokens']:.2f}× its tokens; its build time "
       f"{shards[0]['build_s'] / four_x['build_s']:.1f}×") in text
+  # The RSS sampled every 20 s during each shard's build: flat, then serialization's jump.
+  trace = (REPO / "docs" / "runs" / "build_memory_128_fixed_2shards_rss.txt").read_text()
+  samples = [[(int(s[3].split("=")[1]), int(s[2].split("=")[1]))
+              for s in map(str.split, trace.splitlines())
+              if s[0] != "#" and s[1] == f"pid={pid}"]
+             for pid in ("2699", "2993")]
+  for shard, (*flat, jump, last) in zip(shards, samples):
+    assert max(rss for _, rss in flat) < jump[1] < last[1] <= shard["build_peak_rss_mb"]
+    assert last[0] - flat[-1][0] <= 40
+  held = " and ".join(f"{max(rss for _, rss in s[:-2]):,}" for s in samples)
+  until = " and ".join(f"{s[-3][0]:,}" for s in samples)
+  last = " and ".join(f"{s[-1][1]:,}" for s in samples)
+  assert (
+      f"held at most {held} MiB for their first {until} s, then rose past {last} MiB within 40 s"
+      in text)
   assert (f"as 2 shards they peaked at {sixteen['build_peak_rss_mb'] / 1024:.1f} GiB per shard and "
           f"answered in {f16:.1f} ms per query at recall ≥ 0.9 of exact search, against "
           f"{old16:.1f} ms with 4") in _prose("README.md")
