@@ -948,11 +948,12 @@ def test_the_two_shard_claims_are_their_records():
   for new, old in zip(two["rows"][:2], four["rows"][:2]):
     assert [round(r["recall"], 3) for r in [new, *new["by_leaves"]] if r["leaves_searched"] != 75
            ] == [round(r["recall"], 3) for r in [old, *old["by_leaves"]]]
+  one_x, four_x, sixteen = two["rows"]
   f1, f4, f16 = map(_fastest_at_recall, two["rows"])
   old1, old16 = _fastest_at_recall(four["rows"][0]), _fastest_at_recall(four["rows"][2])
   text = _prose("docs/performance.md")
   exponent = two["fits"]["search_exponent_at_recall_0.9"]
-  by_leaves = {r["leaves_searched"]: r for r in two["rows"][2]["by_leaves"]}
+  by_leaves = {r["leaves_searched"]: r for r in sixteen["by_leaves"]}
   assert by_leaves[50]["p50_ms"] == f16
   assert exponent <= 0.5
   assert (f"**At recall ≥ 0.9 the cost grows as tokens^{exponent:.2f} over the three scales**: "
@@ -963,7 +964,6 @@ def test_the_two_shard_claims_are_their_records():
   assert (f"{np.log(f4 / f1) / np.log(4):.2f} from 1× to 4×, "
           f"{np.log(f16 / f4) / np.log(4):.2f} from 4× to 16×") in text
   assert f"({f16:.1f} against 2 × {f4:.1f} ms)" in text
-  sixteen, four_x = two["rows"][2], two["rows"][1]
   shards = sixteen["by_shard"]
   assert (f"{f16:.1f} ms against {old16:.1f} ms ({old16 / f16:.1f}× faster), for a build peak of "
           f"{sixteen['build_peak_rss_mb']:,.0f} MiB per shard against "
@@ -981,15 +981,15 @@ def test_the_two_shard_claims_are_their_records():
               for s in map(str.split, trace.splitlines())
               if s[0] != "#" and s[1] == f"pid={pid}"]
              for pid in ("2699", "2993")]
+  held, until, peaks = [], [], []
   for shard, (*flat, jump, last) in zip(shards, samples):
+    held.append(f"{max(rss for _, rss in flat):,}")
+    until.append(f"{flat[-1][0]:,}")
+    peaks.append(f"{last[1]:,}")
     assert max(rss for _, rss in flat) < jump[1] < last[1] <= shard["build_peak_rss_mb"]
     assert last[0] - flat[-1][0] <= 40
-  held = " and ".join(f"{max(rss for _, rss in s[:-2]):,}" for s in samples)
-  until = " and ".join(f"{s[-3][0]:,}" for s in samples)
-  last = " and ".join(f"{s[-1][1]:,}" for s in samples)
-  assert (
-      f"held at most {held} MiB for their first {until} s, then rose past {last} MiB within 40 s"
-      in text)
+  assert (f"held at most {' and '.join(held)} MiB for their first {' and '.join(until)} s, then "
+          f"rose past {' and '.join(peaks)} MiB within 40 s") in text
   assert (f"as 2 shards they peaked at {sixteen['build_peak_rss_mb'] / 1024:.1f} GiB per shard and "
           f"answered in {f16:.1f} ms per query at recall ≥ 0.9 of exact search, against "
           f"{old16:.1f} ms with 4") in _prose("README.md")
