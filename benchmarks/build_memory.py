@@ -18,7 +18,11 @@ encoding): its peak RSS is that process's, imports included, beside its RSS when
 started. With --shards (one number per scale), a scale is written as that many shards of
 contiguous documents, as `xtr-export --num_shards` cuts a corpus, and each shard's ScaNN is built
 by a fresh process of its own: the scale's peak RSS is its largest shard's, its build time the
-sum, and it is searched as one index, the shards one after the other on one thread.
+sum. A scale is searched shard by shard, as one machine searches the shards one after the other
+while holding one shard's ScaNN at a time (all of 64×'s would not fit 24 GiB): each shard's is
+loaded, searched by every query at every setting and released; a query's time is the sum of its
+shards' plus the merge of their top-k' lists (`reader.merge_shards`), and, as
+`p50_ms_shards_at_once`, the slowest shard's plus the merge (shards on machines of their own).
 ScaNN's settings are the defaults but `num_leaves` (default here: no cap, so the tree keeps √T
 leaves and each query token scans ~100·√T tokens; with --leaf_size, T / leaf_size leaves of a
 fixed size: `ScannConfig.leaf_size`), trained on one thread (or --training_threads), with
@@ -210,31 +214,57 @@ def _near_duplicate_rate(source: reader.TokenIndex, index: reader.TokenIndex, or
   return hits / len(picked)
 
 
-def search_scale(index: reader.TokenIndex, queries: list[np.ndarray],
-                 leaves: list[int | None]) -> list[dict]:
+def _search_shard(path: str, queries: list[np.ndarray], sample: np.ndarray,
+                  leaves: list[int | None]) -> list[tuple]:
+  """Loads one shard's ScaNN, and per number of leaves searched (None: as built): (ms [Q] of each
+  query, each query's lists, the sample's lists), each list local (scores, doc, position) [*, k'].
+  The shard's ScaNN is released when this returns."""
+  shard = reader.open_index(path)
+  shard.load_scann()
+  runs = []
+  for leaves_to_search in leaves:
+    search = functools.partial(shard.search_tokens, k_prime=K_PRIME,
+                               leaves_to_search=leaves_to_search)
+    search(queries[0])
+    times, lists = [], []
+    for q in queries:
+      start = time.perf_counter()
+      lists.append(search(q))
+      times.append(1000 * (time.perf_counter() - start))
+    runs.append((np.array(times), lists, search(sample)))
+  return runs
+
+
+def search_scale(index: reader.TokenIndex, shards: list[tuple[str, range]],
+                 queries: list[np.ndarray], leaves: list[int | None]) -> list[dict]:
   """For each number of leaves searched (None: as built): median ms per query of ScaNN token
-  retrieval, and recall of the exact top-k' over the first 10 queries' tokens."""
-  index.load_scann()
+  retrieval over `shards` (directory, documents) searched one after the other with their lists
+  merged (`reader.merge_shards`), and, if more than one, with the shards searched at once (the
+  slowest one's time, then the merge); and recall of `index`'s exact top-k' over the first 10
+  queries' tokens."""
   sample = np.concatenate(queries[:10])
   _, exact_docs, exact_positions = index.search_tokens(sample, K_PRIME, "bruteforce")
   exact = [set(zip(d, p)) for d, p in zip(exact_docs, exact_positions)]
+  starts = [docs.start for _, docs in shards]
+  by_shard = [_search_shard(path, queries, sample, leaves) for path, _ in shards]
   results = []
-  for leaves_to_search in leaves:
-    search = functools.partial(index.search_tokens, k_prime=K_PRIME,
-                               leaves_to_search=leaves_to_search)
-    search(queries[0])
-    times = []
-    for q in queries:
+  for setting, leaves_to_search in enumerate(leaves):
+    runs = [shard[setting] for shard in by_shard]
+    merge_ms = []
+    for q in range(len(queries)):
       start = time.perf_counter()
-      search(q)
-      times.append(1000 * (time.perf_counter() - start))
-    _, docs, positions = search(sample)
+      reader.merge_shards([lists[q] for _, lists, _ in runs], starts, K_PRIME)
+      merge_ms.append(1000 * (time.perf_counter() - start))
+    shard_ms = np.array([times for times, _, _ in runs])  # [shards, Q]
+    _, docs, positions = reader.merge_shards([found for _, _, found in runs], starts, K_PRIME)
     found = [set(zip(d, p)) for d, p in zip(docs, positions)]
     results.append({
         "leaves_searched": leaves_to_search,
-        "p50_ms": float(np.median(times)),
+        "p50_ms": float(np.median(shard_ms.sum(0) + merge_ms)),
         "recall": float(np.mean([len(f & e) / K_PRIME for f, e in zip(found, exact)]))
-    })
+    } | ({
+        "p50_ms_shards_at_once": float(np.median(shard_ms.max(0) + merge_ms))
+    } if len(shards) > 1 else {}))
   return results
 
 
@@ -288,7 +318,6 @@ def main() -> None:
   encoder, source = searcher.open_for_search(args.index, args.checkpoint)
   q, q_mask, _ = encoder.encode_queries(beir_eval.load_beir(args.data_dir, "test").queries)
   queries = [vectors[mask] for vectors, mask in zip(q, q_mask)]
-  reader.FANOUT_THREADS = 1  # A sharded scale's shards are searched one after the other.
 
   def run(*step: str) -> dict | list:
     """An internal step in a fresh process: what it prints."""
@@ -309,9 +338,10 @@ def main() -> None:
       io.write_results(record, _sharded(builds) | {"copies_of": originals})
     with open(record, encoding="utf-8") as f:
       row = json.load(f)
-    index = reader.open_index(path)
-    row["near_duplicate_rate"] = _near_duplicate_rate(source, index, row.pop("copies_of"))
-    as_built, *more = search_scale(index, queries, [None, *leaves])
+    index, originals = reader.open_index(path), row.pop("copies_of")
+    row["near_duplicate_rate"] = _near_duplicate_rate(source, index, originals)
+    shards = _shards(path, len(originals), num_shards[scale])
+    as_built, *more = search_scale(index, shards, queries, [None, *leaves])
     rows.append(row | as_built | ({"by_leaves": more} if more else {}))
     print(json.dumps(rows[-1]), flush=True)
   tokens = [r["tokens"] for r in rows]

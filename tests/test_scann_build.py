@@ -7,11 +7,14 @@ import math
 import pathlib
 import tracemalloc
 
+import gin
 import numpy as np
 import pytest
 from scann.partitioning import partitioner_pb2
 from scann.scann_ops.py import scann_ops_pybind
 
+from tests import test_index
+from xtr.index import reader
 from xtr.index import scann
 from xtr.index import scann_search
 
@@ -180,14 +183,20 @@ def test_a_spherical_tree_ranks_wide_leaves_by_cosine(tmp_path):
   assert recall[True] > recall[False] + 0.1, recall
 
 
+def _benchmark(name: str):
+  """benchmarks/{name}.py as a module."""
+  spec = importlib.util.spec_from_file_location(
+      name,
+      pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def test_leaf_coverage_counts_the_neighbours_in_the_first_leaves_as_a_loop_does():
   """benchmarks/leaf_coverage.py's share of the exact neighbours whose leaf ranks among the first
   L, against a loop over query tokens and neighbours."""
-  spec = importlib.util.spec_from_file_location(
-      "leaf_coverage",
-      pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "leaf_coverage.py")
-  leaf_coverage = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(leaf_coverage)
+  leaf_coverage = _benchmark("leaf_coverage")
   rng = np.random.default_rng(0)
   scores = rng.normal(size=(5, 900))
   neighbour_leaves = rng.integers(900, size=(5, 40))
@@ -234,3 +243,32 @@ def _written(searcher, out_dir: pathlib.Path) -> pathlib.Path:
   out_dir.mkdir()
   scann.write(searcher, str(out_dir))
   return out_dir / "scann"
+
+
+def test_build_memory_searches_shard_by_shard_what_the_fan_out_finds(tmp_path, monkeypatch):
+  """benchmarks/build_memory.py holds one shard's ScaNN at a time: the recall of its merged lists
+  is the recall of the sharded index's own fan-out search, at every number of leaves searched."""
+  build_memory = _benchmark("build_memory")
+  monkeypatch.setattr(build_memory, "K_PRIME", 20)
+  docs, ids = [test_index._clustered(12, seed) for seed in range(300)], test_index._ids(300)
+  with gin.unlock_config():
+    gin.parse_config(["ScannConfig.num_leaves = 15", "ScannConfig.num_leaves_to_search = 2"])
+  try:
+    for path, part in build_memory._shards(str(tmp_path), 300, 3):
+      test_index._export(path, ids[part.start:part.stop], docs[part.start:part.stop],
+                         first_doc=part.start, total_docs=300)
+  finally:
+    gin.clear_config()
+  index = reader.open_index(str(tmp_path))
+  queries = [test_index._clustered(4, seed=1000 + q) for q in range(12)]
+  rows = build_memory.search_scale(index, build_memory._shards(str(tmp_path), 300, 3), queries,
+                                   [None, 1, 15])
+  sample = np.concatenate(queries[:10])
+  exact = index.search_tokens(sample, 20, "bruteforce")
+  for row, leaves in zip(rows, [None, 1, 15]):
+    fan_out = index.search_tokens(sample, 20, "scann", leaves)
+    recall = np.mean(
+        [len({*zip(*a)} & {*zip(*b)}) / 20 for a, b in zip(zip(*fan_out[1:]), zip(*exact[1:]))])
+    assert row["recall"] == recall
+    assert 0 < row["p50_ms_shards_at_once"] <= row["p50_ms"]
+  assert rows[1]["recall"] < rows[0]["recall"] < rows[2]["recall"]

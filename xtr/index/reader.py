@@ -204,8 +204,8 @@ def _tokens(rows: np.ndarray, table: np.ndarray | None) -> np.ndarray:
   return np.where(rows >= 0, table[np.maximum(rows, 0)], -1)
 
 
-def _merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
-                  doc_starts: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def merge_shards(results: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                 doc_starts: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Per query token, the top-k of the shards' top-k lists.
 
   Args:
@@ -370,11 +370,10 @@ class TokenIndex:
       return scores, *shard.locate(tokens)
 
     if len(self._shards) == 1:
-      return _merge_shards([search_shard(self._shards[0])], self._doc_starts, k_prime)
+      return merge_shards([search_shard(self._shards[0])], self._doc_starts, k_prime)
     if self._pool is None:  # ScaNN and numpy release the GIL: the shards are searched at once.
       self._pool = futures.ThreadPoolExecutor(min(len(self._shards), FANOUT_THREADS))
-    return _merge_shards(list(self._pool.map(search_shard, self._shards)), self._doc_starts,
-                         k_prime)
+    return merge_shards(list(self._pool.map(search_shard, self._shards)), self._doc_starts, k_prime)
 
 
 def _sharded_manifest(shards: Sequence[_Shard]) -> dict[str, Any]:
