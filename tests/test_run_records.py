@@ -686,13 +686,16 @@ def test_the_fastest_settings_test_table_holds_its_records_numbers():
 def test_the_build_memory_tables_hold_their_records_numbers():
   """docs/performance.md's tables of benchmarks/build_memory.py with rotated copies (384-d: 1x,
   2x, 4x; 128-d: 1x, 4x, 16x, without and with reordering, with a spherical tree, and with leaves
-  of a fixed size, 16x as 4 shards and as 2), row for row from their records."""
+  of a fixed size, 16x as 4 shards and as 2, 64x as 16), row for row from their records; a
+  sharded scale's times with its shards searched at once in a table of their own."""
   for name, heading in (("build_memory_rotated", "**Copies that are not near-duplicates**"),
                         ("build_memory_128", "**16× at 128 dimensions.**"),
                         ("build_memory_128_reorder", "**16× with reordering.**"),
                         ("build_memory_128_spherical", "**Leaves ranked by cosine.**"),
                         ("build_memory_128_fixed", "**Leaves of a fixed size.**"),
-                        ("build_memory_128_fixed_2shards", "**16× as two shards of 8×.**")):
+                        ("build_memory_128_fixed_2shards",
+                         "**16× as two shards of 8×.**"), ("build_memory_128_fixed_64x",
+                                                           "**64× as sixteen shards of 4×.**")):
     record = _record(name)
     text = (REPO / "docs" / "performance.md").read_text()
     section = re.split(r"\n\n(?:###|\*\*)", text[text.index(heading):])[0]
@@ -700,7 +703,7 @@ def test_the_build_memory_tables_hold_their_records_numbers():
                 for c in line.split("|")[1:-1]]
                for line in table.split("\n\n")[0].splitlines()[2:]]
               for table in section.split("\n\n|")[1:]]
-    want, by_leaves = [], []
+    want, by_leaves, at_once = [], [], []
     for row in record["rows"]:
       near = row["near_duplicate_rate"]
       scale = f"{row['scale']}×" + (f" ({row['shards']} shards)" if "shards" in row else "")
@@ -712,7 +715,10 @@ def test_the_build_memory_tables_hold_their_records_numbers():
       if "by_leaves" in row:
         by_leaves.append(
             [scale] + [f"{r['p50_ms']:.1f} / {r['recall']:.3f}" for r in [row, *row["by_leaves"]]])
-    assert tables == ([want, by_leaves] if by_leaves else [want]), name
+      if "p50_ms_shards_at_once" in row:
+        at_once.append([scale] +
+                       [f"{r['p50_ms_shards_at_once']:.1f}" for r in [row, *row["by_leaves"]]])
+    assert tables == [t for t in (want, by_leaves, at_once) if t], name
 
 
 def test_the_fastest_settings_claims_are_their_records():
@@ -993,6 +999,72 @@ def test_the_two_shard_claims_are_their_records():
   assert (f"as 2 shards they peaked at {sixteen['build_peak_rss_mb'] / 1024:.1f} GiB per shard and "
           f"answered in {f16:.1f} ms per query at recall ≥ 0.9 of exact search, against "
           f"{old16:.1f} ms with 4") in _prose("README.md")
+
+
+def test_the_64x_claims_are_their_records():
+  """docs/performance.md's "64× as sixteen shards of 4×" and the README's sentence on it: the
+  shards' peaks against the 16x shards' of the same size, the build times, the shard-by-shard
+  search against the 2-shard run's fan-out (same indexes: the same recalls), the costs one after
+  the other and at once with their exponents, from the records."""
+  run, two, four = (_record(f"build_memory_128_fixed{name}") for name in ("_64x", "_2shards", ""))
+  for new, old in zip(run["rows"][:3], two["rows"]):
+    assert [round(r["recall"], 3) for r in [new, *new["by_leaves"]]] == [
+        round(r["recall"], 3)
+        for r in [old, *old["by_leaves"]]
+        if r["leaves_searched"] in (None, 25, 50, 75)
+    ]
+  four_x, sixteen, sixty_four = run["rows"][1:]
+  shards, shards16 = sixty_four["by_shard"], four["rows"][2]["by_shard"]
+  peak, peak16 = sixty_four["build_peak_rss_mb"], four["rows"][2]["build_peak_rss_mb"]
+  text = _prose("docs/performance.md")
+  assert (
+      f"{peak:,.0f} MiB for the largest of the 64× index's 16 shards "
+      f"({min(b['build_peak_rss_mb'] for b in shards):,.0f}–{peak:,.0f} MiB each), against "
+      f"{peak16:,.0f} MiB for the largest of the 16× index's four shards (the 4-shard run above) "
+      f"and {four_x['build_peak_rss_mb']:,.0f} MiB for the 4× index here") in text
+  assert abs(peak / peak16 - 1) < 0.01 and len(shards) == 16 and len(shards16) == 4
+  assert (f"{sixty_four['build_s']:,.0f} s for 64× ({min(b['build_s'] for b in shards):.0f}–"
+          f"{max(b['build_s'] for b in shards):.0f} s per shard) against "
+          f"{four['rows'][2]['build_s']:,.0f} s for 16× as four shards, "
+          f"{sixty_four['build_s'] / four['rows'][2]['build_s']:.2f}× for "
+          f"{sixty_four['tokens'] / four['rows'][2]['tokens']:.2f}× the tokens") in text
+  assert (f"{np.mean([b['build_s'] for b in shards[:9]]):.0f} s each on average, against "
+          f"{np.mean([b['build_s'] for b in shards[9:]]):.0f} s for the last seven") in text
+  assert (f"at most {peak16:,.0f} MiB per shard at 16×, {peak:,.0f} at 64×") in text
+  old16 = {r["leaves_searched"]: r["p50_ms"] for r in two["rows"][2]["by_leaves"]}[50]
+  assert f"costs {_fastest_at_recall(sixteen):.1f} ms against {old16:.1f} there" in text
+  fastest = [_fastest_at_recall(row) for row in run["rows"]]
+  at_once = [
+      min(
+          r.get("p50_ms_shards_at_once", r["p50_ms"])
+          for r in [row, *row["by_leaves"]]
+          if r["recall"] >= 0.9)
+      for row in run["rows"]
+  ]
+  before = [_fastest_at_recall(row) for row in two["rows"]]
+  assert (f"1×: {before[0]:.1f} → {fastest[0]:.1f} ms, 4×: {before[1]:.1f}\n  → {fastest[1]:.1f}"
+         ).replace("\n  ", " ") in text
+  by_leaves = {r["leaves_searched"]: r for r in sixty_four["by_leaves"]}
+  assert by_leaves[25]["p50_ms"] == fastest[3] and by_leaves[25]["recall"] >= 0.9
+  one_shard = {r["leaves_searched"]: r["p50_ms"] for r in four_x["by_leaves"]}[25]
+  assert (f"64× needs 25 leaves per shard (recall {by_leaves[25]['recall']:.3f}) and "
+          f"{fastest[3]:.1f} ms, 16 times the 4× index's {one_shard:.1f} ms "
+          f"({16 * one_shard:.1f} ms) and {fastest[3] - 16 * one_shard:.1f} ms more") in text
+  exponent = run["fits"]["search_exponent_at_recall_0.9"]
+  assert exponent > 0.5
+  assert (f"tokens^{exponent:.2f} ({fastest[0]:.1f}, {fastest[1]:.1f}, {fastest[2]:.1f} and "
+          f"{fastest[3]:.1f} ms)") in text
+  tokens = [row["tokens"] for row in run["rows"]]
+  at_once_exponent = np.polyfit(np.log(tokens), np.log(at_once), 1)[0]
+  assert at_once_exponent <= 0.5
+  assert (f"**Searched at once, 64× costs {at_once[3]:.1f} ms at recall ≥ 0.9**") in text
+  assert (f"{at_once[0]:.1f}, {at_once[1]:.1f}, {at_once[2]:.1f} and {at_once[3]:.1f} ms over the "
+          f"four scales (1× and 4× are one shard each), tokens^{at_once_exponent:.2f}") in text
+  assert (
+      f"64 times them ({sixty_four['tokens'] / 1e6:.1f}M tokens) as 16 shards of the 4-shard "
+      f"size peaked at {peak:,.0f} MiB per shard ({peak16:,.0f} at 16×) and answered in "
+      f"{at_once[3]:.1f} ms with the shards searched at once, {fastest[3]:.1f} ms one after the "
+      "other") in _prose("README.md")
 
 
 def test_the_leaf_coverage_table_is_its_record():
