@@ -1042,8 +1042,8 @@ def test_the_64x_claims_are_their_records():
       for row in run["rows"]
   ]
   before = [_fastest_at_recall(row) for row in two["rows"]]
-  assert (f"1×: {before[0]:.1f} → {fastest[0]:.1f} ms, 4×: {before[1]:.1f}\n  → {fastest[1]:.1f}"
-         ).replace("\n  ", " ") in text
+  assert (f"1×: {before[0]:.1f} → {fastest[0]:.1f} ms, 4×: {before[1]:.1f} → "
+          f"{fastest[1]:.1f}") in text
   by_leaves = {r["leaves_searched"]: r for r in sixty_four["by_leaves"]}
   assert by_leaves[25]["p50_ms"] == fastest[3] and by_leaves[25]["recall"] >= 0.9
   one_shard = {r["leaves_searched"]: r["p50_ms"] for r in four_x["by_leaves"]}[25]
