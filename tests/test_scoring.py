@@ -68,8 +68,19 @@ def test_f_xtr_prime_matches_naive(impute, seed):
                                                   (5, 64, 2**31 - 1)])
 def test_f_xtr_prime_matches_naive_at_other_sizes(n, k_prime, num_docs):
   """Single tokens and k' = 1 (one-bit keys), k' not a power of two, many candidates, and doc
-  ids up to the int32 maximum (the packed sort key must not overflow)."""
+  ids up to the int32 maximum."""
   scores, doc_ids, query_mask = _random_retrieval(n + k_prime, n, k_prime, num_docs)
+  for impute in ("top_k_prime", "none"):
+    _assert_matches(*search_scores.f_xtr_prime(scores, doc_ids, query_mask, impute=impute),
+                    _naive_f_xtr_prime(scores, doc_ids, query_mask, impute))
+
+
+def test_f_xtr_prime_orders_documents_beyond_16_bits():
+  """Doc ids that share their low or their high 16 bits (the two digits of the radix sort),
+  repeated within and across rows."""
+  table = np.array([3, 65535, 65536, 65539, 131075, 196611, 2**31 - 65533, 2**31 - 1], np.int32)
+  scores, doc_ids, query_mask = _random_retrieval(7, 9, 50, len(table))
+  doc_ids = np.where(doc_ids >= 0, table[np.maximum(doc_ids, 0)], -1)
   for impute in ("top_k_prime", "none"):
     _assert_matches(*search_scores.f_xtr_prime(scores, doc_ids, query_mask, impute=impute),
                     _naive_f_xtr_prime(scores, doc_ids, query_mask, impute))
