@@ -67,8 +67,8 @@ def test_f_xtr_prime_matches_naive(impute, seed):
 @pytest.mark.parametrize("n, k_prime, num_docs", [(1, 1, 3), (1, 37, 5), (13, 300, 400),
                                                   (5, 64, 2**31 - 1)])
 def test_f_xtr_prime_matches_naive_at_other_sizes(n, k_prime, num_docs):
-  """Single tokens and k' = 1 (one-bit keys), k' not a power of two, many candidates, and doc
-  ids up to the int32 maximum."""
+  """Single tokens and k' = 1, k' not a power of two, many candidates, and doc ids up to the
+  int32 maximum."""
   scores, doc_ids, query_mask = _random_retrieval(n + k_prime, n, k_prime, num_docs)
   for impute in ("top_k_prime", "none"):
     _assert_matches(*search_scores.f_xtr_prime(scores, doc_ids, query_mask, impute=impute),
