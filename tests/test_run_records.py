@@ -134,6 +134,12 @@ def _prose(page: str) -> str:
   return " ".join((REPO / page).read_text().split())
 
 
+def _performance_bullet(heading: str) -> str:
+  """The text of docs/performance.md from `heading` to the next bullet or heading."""
+  text = (REPO / "docs" / "performance.md").read_text()
+  return re.split(r"\n(?:- |#)", text[text.index(heading):])[0]
+
+
 def _record(name: str):
   """docs/runs/`name`.json."""
   return json.loads((REPO / "docs" / "runs" / f"{name}.json").read_text())
@@ -670,6 +676,38 @@ def test_the_fastest_settings_are_the_dev_splits_choice(model, gin_file):
   assert config["num_leaves_to_search"] == chosen["leaves_searched"]
 
 
+def test_the_dev_run_against_pylates_settings_is_its_record():
+  """"Against PyLate's settings, on the dev split": its table holds the record's rows (one per
+  tree, the leaves searched joined by " / "), and its verdicts hold: no setting searching fewer
+  leaves is within 0.002 of the reference (PyLate's settings: spherical, 2,000 leaves, 200
+  searched), and the spherical tree ranks above the k-means tree at each number searched."""
+  rows = _record("scann_dev_128_pylate")["rows"]
+  groups = {}
+  for row in rows:
+    groups.setdefault((row["num_leaves_built"], row.get("spherical", False)), []).append(row)
+  columns = ("{leaves_searched}", "{recall@1000:.3f}", "{ndcg@10:.4f}", "{scann_p50_ms:.1f}")
+  section = _performance_bullet("**Against PyLate's settings")
+  for (leaves, spherical), group in groups.items():
+    cells = ["spherical" if spherical else "k-means", f"{leaves:,}"]
+    cells += [" / ".join(column.format(**r) for r in group) for column in columns]
+    assert "| " + " | ".join(cells) + " |" in section
+  by_tree = {
+      tree: {
+          r["leaves_searched"]: r["ndcg@10"] for r in group
+      } for tree, group in groups.items()
+  }
+  reference = by_tree[(2000, True)][200]
+  assert all(ndcg < reference - 0.002
+             for group in by_tree.values()
+             for searched, ndcg in group.items()
+             if searched < 200)
+  assert all(by_tree[(2000, True)][n] > by_tree[(2000, False)][n] for n in by_tree[(2000, False)])
+  prose = " ".join(section.split())
+  assert f"({reference:.4f} at 200 leaves" in prose
+  assert (f"({by_tree[(2000, True)][50]:.4f} against {by_tree[(2000, False)][50]:.4f} at 50 "
+          "leaves") in prose
+
+
 def test_the_fastest_settings_test_table_holds_its_records_numbers():
   """The test-split table of "Fewer leaves, coarser codes": every engine row of the two
   benchmarks/engines.py records, in their order."""
@@ -893,13 +931,12 @@ def test_the_build_noise_table_and_sentence_are_their_record():
   and its rerun on the 128-d demo model after the radix sort in f_XTR':
   each engine's nDCG@10 per build, mean ± std and p50 ms; the mean difference and the speed-up;
   the README's spread of the 128-d builds."""
-  text = (REPO / "docs" / "performance.md").read_text()
   sections = {
       "**Build noise, measured**": (("128", "fastest"), ("384", "fastest_384")),
       "**The 128-d goal after the radix sort": (("demo128", "fastest"),),
   }
   for heading, records in sections.items():
-    section = re.split(r"\n(?:- |#)", text[text.index(heading):])[0]
+    section = _performance_bullet(heading)
     prose = " ".join(section.split())
     for model, engine in records:
       _check_build_noise(_record(f"build_noise_{model}")["results"], engine, section, prose)
