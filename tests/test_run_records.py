@@ -691,11 +691,9 @@ def test_the_dev_run_against_pylates_settings_is_its_record():
     cells = ["spherical" if spherical else "k-means", f"{leaves:,}"]
     cells += [" / ".join(column.format(**r) for r in group) for column in columns]
     assert "| " + " | ".join(cells) + " |" in section
-  by_tree = {
-      tree: {
-          r["leaves_searched"]: r["ndcg@10"] for r in group
-      } for tree, group in groups.items()
-  }
+  by_tree = {}
+  for tree, group in groups.items():
+    by_tree[tree] = {r["leaves_searched"]: r["ndcg@10"] for r in group}
   reference = by_tree[(2000, True)][200]
   assert all(ndcg < reference - 0.002
              for group in by_tree.values()
@@ -727,16 +725,18 @@ def test_the_build_memory_tables_hold_their_records_numbers():
   2x, 4x; 128-d: 1x, 4x, 16x, without and with reordering, with a spherical tree, and with leaves
   of a fixed size, 16x as 4 shards and as 2, 64x as 16), row for row from their records; a
   sharded scale's times with its shards searched at once in a table of their own."""
-  for name, heading in (("build_memory_rotated", "**Copies that are not near-duplicates**"),
-                        ("build_memory_128", "**16× at 128 dimensions.**"),
-                        ("build_memory_128_reorder", "**16× with reordering.**"),
-                        ("build_memory_128_spherical", "**Leaves ranked by cosine.**"),
-                        ("build_memory_128_fixed", "**Leaves of a fixed size.**"),
-                        ("build_memory_128_fixed_2shards",
-                         "**16× as two shards of 8×.**"), ("build_memory_128_fixed_64x",
-                                                           "**64× as sixteen shards of 4×.**")):
+  headings = {
+      "build_memory_rotated": "**Copies that are not near-duplicates**",
+      "build_memory_128": "**16× at 128 dimensions.**",
+      "build_memory_128_reorder": "**16× with reordering.**",
+      "build_memory_128_spherical": "**Leaves ranked by cosine.**",
+      "build_memory_128_fixed": "**Leaves of a fixed size.**",
+      "build_memory_128_fixed_2shards": "**16× as two shards of 8×.**",
+      "build_memory_128_fixed_64x": "**64× as sixteen shards of 4×.**",
+  }
+  text = (REPO / "docs" / "performance.md").read_text()
+  for name, heading in headings.items():
     record = _record(name)
-    text = (REPO / "docs" / "performance.md").read_text()
     section = re.split(r"\n\n(?:###|\*\*)", text[text.index(heading):])[0]
     tables = [[[c.strip()
                 for c in line.split("|")[1:-1]]
