@@ -706,6 +706,65 @@ def test_the_dev_run_against_pylates_settings_is_its_record():
           "leaves") in prose
 
 
+def test_the_dev_runs_with_reordering_are_their_records():
+  """"What PyLate's quality costs, on the dev split": its table holds both records' rows (one per
+  code layout and reordering, the leaves searched joined by " / "), and its verdicts hold: at 50
+  leaves reordering moves nDCG@10 by less than 0.002 from the same codes without it; the dev rule
+  (the fastest setting within 0.002 of PyLate's settings at 200 leaves) picks 4 dimensions per
+  block, 2,000 reordered, 150 leaves; exact search ranks above every setting."""
+  rows = _record("scann_dev_128_reorder")["rows"] + _record("scann_dev_128_coarse_reorder")["rows"]
+  groups = {}
+  for row in sorted(rows, key=lambda r: r["leaves_searched"]):
+    groups.setdefault((row["dims_per_block"], row.get("reorder_k", 0)), []).append(row)
+  columns = ("{leaves_searched}", "{recall@1000:.3f}", "{ndcg@10:.4f}", "{scann_p50_ms:.1f}")
+  section = _performance_bullet("**What PyLate's quality costs")
+  for (dims, reorder), group in groups.items():
+    cells = [str(dims), f"int8, {reorder:,}" if reorder else "none"]
+    cells += [" / ".join(column.format(**r) for r in group) for column in columns]
+    assert "| " + " | ".join(cells) + " |" in section
+  pylate = {
+      r["leaves_searched"]: r["ndcg@10"]
+      for r in _record("scann_dev_128_pylate")["rows"]
+      if r.get("spherical") and r["num_leaves_built"] == 2000
+  }
+  reference = pylate[200]
+  assert all(
+      abs(r["ndcg@10"] - pylate[50]) < 0.002
+      for r in groups[(2, 2000)] + groups[(2, 4000)]
+      if r["leaves_searched"] == 50)
+  chosen = min((r for r in rows if r["ndcg@10"] >= reference - 0.002),
+               key=lambda r: r["scann_p50_ms"])
+  assert (chosen["dims_per_block"], chosen["reorder_k"], chosen["leaves_searched"]) == (4, 2000,
+                                                                                        150)
+  exact = _record("scann_dev_128_exact")["ndcg@10"]
+  assert exact > max([*pylate.values(), *(r["ndcg@10"] for r in rows)])
+  prose = " ".join(section.split())
+  assert (f"{chosen['ndcg@10']:.4f} at {chosen['scann_p50_ms']:.1f} ms of ScaNN against the "
+          f"reference's {reference:.4f}") in prose
+  assert f"exact search scores {exact:.4f}" in prose
+
+
+def test_the_dev_choice_on_the_test_split_and_exact_search_are_their_records():
+  """"The dev choice on the test split": the six builds against PyLate's (the table, the mean
+  difference, the speed-up), and exact search below PyLate's mean in both six-build records."""
+  section = _performance_bullet("**The dev choice on the test split")
+  prose = " ".join(section.split())
+  _check_build_noise(_record("build_noise_demo128_reorder")["results"], "reorder", section, prose)
+  exact = _record("exact_128")["ndcg@10"]
+  above, gaps = 0, []
+  for name, engine in (("build_noise_demo128", "fastest"), ("build_noise_demo128_reorder",
+                                                            "reorder")):
+    results = _record(name)["results"]
+    pylate = results["pylate_xtr_k1000"]["ndcg@10"]["mean"]
+    assert exact < pylate - 0.002
+    assert f"{pylate:.4f} ({pylate - exact:+.4f})" in prose
+    gaps.append(pylate - exact)
+    assert f"{exact - results[engine]['ndcg@10']['mean']:.4f} below" in prose
+    above += sum(b["pylate_xtr_k1000"]["ndcg@10"] > exact for b in results["builds"])
+  assert f"{above} of PyLate's 12 builds score above exact search" in prose
+  assert f"{min(gaps):.4f}–{max(gaps):.4f} below PyLate's means" in prose
+
+
 def test_the_fastest_settings_test_table_holds_its_records_numbers():
   """The test-split table of "Fewer leaves, coarser codes": every engine row of the two
   benchmarks/engines.py records, in their order."""
