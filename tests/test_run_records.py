@@ -140,6 +140,16 @@ def _performance_bullet(heading: str) -> str:
   return re.split(r"\n(?:- |#)", text[text.index(heading):])[0]
 
 
+def _check_settings_table(section: str, groups: dict[tuple[str, ...], list[dict]]) -> None:
+  """Each group of benchmarks/scann_settings.py rows is a row of `section`'s table: the cells of
+  its key, then leaves searched, recall@1000, nDCG@10 and ScaNN ms over the group, each joined
+  by " / "."""
+  columns = ("{leaves_searched}", "{recall@1000:.3f}", "{ndcg@10:.4f}", "{scann_p50_ms:.1f}")
+  for labels, group in groups.items():
+    cells = [*labels, *(" / ".join(column.format(**r) for r in group) for column in columns)]
+    assert "| " + " | ".join(cells) + " |" in section
+
+
 def _record(name: str):
   """docs/runs/`name`.json."""
   return json.loads((REPO / "docs" / "runs" / f"{name}.json").read_text())
@@ -685,12 +695,12 @@ def test_the_dev_run_against_pylates_settings_is_its_record():
   groups = {}
   for row in rows:
     groups.setdefault((row["num_leaves_built"], row.get("spherical", False)), []).append(row)
-  columns = ("{leaves_searched}", "{recall@1000:.3f}", "{ndcg@10:.4f}", "{scann_p50_ms:.1f}")
   section = _performance_bullet("**Against PyLate's settings")
-  for (leaves, spherical), group in groups.items():
-    cells = ["spherical" if spherical else "k-means", f"{leaves:,}"]
-    cells += [" / ".join(column.format(**r) for r in group) for column in columns]
-    assert "| " + " | ".join(cells) + " |" in section
+  _check_settings_table(
+      section, {
+          ("spherical" if spherical else "k-means", f"{leaves:,}"): group
+          for (leaves, spherical), group in groups.items()
+      })
   by_tree = {}
   for tree, group in groups.items():
     by_tree[tree] = {r["leaves_searched"]: r["ndcg@10"] for r in group}
@@ -716,12 +726,12 @@ def test_the_dev_runs_with_reordering_are_their_records():
   groups = {}
   for row in sorted(rows, key=lambda r: r["leaves_searched"]):
     groups.setdefault((row["dims_per_block"], row.get("reorder_k", 0)), []).append(row)
-  columns = ("{leaves_searched}", "{recall@1000:.3f}", "{ndcg@10:.4f}", "{scann_p50_ms:.1f}")
   section = _performance_bullet("**What PyLate's quality costs")
-  for (dims, reorder), group in groups.items():
-    cells = [str(dims), f"int8, {reorder:,}" if reorder else "none"]
-    cells += [" / ".join(column.format(**r) for r in group) for column in columns]
-    assert "| " + " | ".join(cells) + " |" in section
+  _check_settings_table(
+      section, {
+          (str(dims), f"int8, {reorder:,}" if reorder else "none"): group
+          for (dims, reorder), group in groups.items()
+      })
   pylate = {
       r["leaves_searched"]: r["ndcg@10"]
       for r in _record("scann_dev_128_pylate")["rows"]
