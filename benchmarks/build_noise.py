@@ -5,13 +5,18 @@ ScaNN's random initialisation, which is not seeded: each build differs). One que
 one thread.
 
   .venv/bin/python benchmarks/build_noise.py VECTORS_DIR DATA_DIR OUT_DIR [--builds=5] \
-      [--scann_gin=gin/scann/fastest.gin] [--record=PATH]
+      [--scann_gin=gin/scann/fastest.gin] [--exact=METRICS_JSON] [--record=PATH]
 
 Build b is one benchmarks/engines.py run of both engines (interleaved, one round, an index cache
-of its own: OUT_DIR/cache<b>), written to OUT_DIR/build<b>.json; a build already written is not
-run again. Prints and records (--record: a run record) each engine's nDCG@10 and p50 ms per build,
-their means and standard deviations, and those of the per-build difference in nDCG@10 (this
-project's minus PyLate's).
+of its own: OUT_DIR/cache<b>, loaded if it is there), written to OUT_DIR/build<b>.json; a build
+already written is not run again. Prints and records (--record: a run record) each engine's
+nDCG@10 and p50 ms per build, their means and standard deviations, and those of the per-build
+difference in nDCG@10 (this project's minus PyLate's). "paired" adds the difference query by
+query: each query's nDCG@10 averaged over the builds, one engine's minus the other's, and the
+95 % bootstrap interval over queries of the mean (how far the difference could move on other
+queries like these), with the number of queries whose nDCG@10 differs; with --exact (the
+`xtr-eval-beir --searcher=bruteforce --out` of the same model, k' and split), each engine
+against exact search too.
 """
 import argparse
 import json
@@ -24,6 +29,7 @@ import numpy as np
 
 from xtr import io
 from xtr.evaluation import run_record
+from xtr.scoring import adaptation
 
 ENGINES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines.py")
 PEER = "pylate_xtr_k1000"
@@ -50,12 +56,33 @@ def summary(values: list[float]) -> dict[str, float]:
   return {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1))}
 
 
+def per_query_mean(builds: list[dict[str, dict]], engine: str) -> dict[str, float]:
+  """{query id: `engine`'s nDCG@10 averaged over the builds' rows}."""
+  per_build = [rows[engine]["ndcg@10_per_query"] for rows in builds]
+  return {query_id: float(np.mean([b[query_id] for b in per_build])) for query_id in per_build[0]}
+
+
+def paired(a: dict[str, float], b: dict[str, float]) -> dict:
+  """a, b: {query id: nDCG@10} over the same queries -> the mean of a - b, its 95 % bootstrap
+  interval over queries, and the queries where a and b differ."""
+  if a.keys() != b.keys():
+    raise ValueError(f"paired runs answer different queries: {len(a)} and {len(b)}")
+  differences = [a[query_id] - b[query_id] for query_id in a]
+  return {
+      "mean": float(np.mean(differences)),
+      "ci95": adaptation.bootstrap_interval(differences),
+      "queries_differing": sum(d != 0 for d in differences),
+      "queries": len(differences)
+  }
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   for name in ("vectors", "data_dir", "out"):
     parser.add_argument(name)
   parser.add_argument("--builds", type=int, default=5)
   parser.add_argument("--scann_gin", default="gin/scann/fastest.gin")
+  parser.add_argument("--exact", help="xtr-eval-beir's metrics (JSON) of exact search")
   parser.add_argument("--record", help="write the results to this run record (JSON)")
   args = parser.parse_args()
   run_record.mark_start()
@@ -75,6 +102,15 @@ def main() -> None:
     }
   results["ndcg@10_difference"] = summary(
       [b[name]["ndcg@10"] - b[PEER]["ndcg@10"] for b in results["builds"]])
+  runs = {engine: per_query_mean(builds, engine) for engine in (name, PEER)}
+  if args.exact:
+    with open(args.exact, encoding="utf-8") as f:
+      runs["exact"] = {q: values["ndcg@10"] for q, values in json.load(f)["per_query"].items()}
+  results["paired"] = {
+      f"{a} - {b}": paired(runs[a], runs[b])
+      for a, b in ((name, PEER), (name, "exact"), (PEER, "exact"))
+      if b in runs
+  }
   print(json.dumps({k: v for k, v in results.items() if k != "builds"}, indent=2))
   if args.record:
     io.write_results(args.record, run_record.record(results, [args.data_dir], "test"))

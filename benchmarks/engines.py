@@ -19,12 +19,12 @@ thread at 1 thread, ScaNN's threads (parallel batches off at 1 thread). A worker
 index once into --cache (the build's time and CPU are recorded then; the worker is restarted
 after a build, so that its peak RSS is loading and searching only) or loads it, then answers one
 untimed warm-up round; then the rounds run interleaved, A B C … A B C …. The first timed round's
-top 100 give nDCG@10 and Recall@100 (`xtr.evaluation.beir_eval.evaluate` against DATA_DIR's test
-qrels); latencies are every query's ms in every round: median, p95, and queries/s = 1000 / mean;
-"cores busy" is the worker's CPU time over its wall time in the rounds (a check of the pinning).
-Peak RSS is each worker's VmHWM at its end (not ru_maxrss, which keeps the driver's size from before
-the worker's exec); every worker runs with MALLOC_ARENA_MAX=2, as the xtr CLIs do. An engine
-that does not run gets a row saying exactly why.
+top 100 give nDCG@10 (mean and per query) and Recall@100 (`xtr.evaluation.beir_eval.evaluate`
+against DATA_DIR's test qrels); latencies are every query's ms in every round: median, p95, and
+queries/s = 1000 / mean; "cores busy" is the worker's CPU time over its wall time in the rounds
+(a check of the pinning). Peak RSS is each worker's VmHWM at its end (not ru_maxrss, which keeps
+the driver's size from before the worker's exec); every worker runs with MALLOC_ARENA_MAX=2, as
+the xtr CLIs do. An engine that does not run gets a row saying exactly why.
 
 Writes OUT_PREFIX.json and OUT_PREFIX.md (one table per thread count); workers' stderr goes to
 OUT_PREFIX.logs/. Smoke run: --queries=20 --rounds=1.
@@ -245,6 +245,9 @@ def run_threads(args, threads: int, names: list[str], specs: dict, data) -> list
                 metrics["recall@100"],
             "num_queries":
                 metrics["num_queries"],
+            "ndcg@10_per_query": {
+                query_id: values["ndcg@10"] for query_id, values in metrics["per_query"].items()
+            },
             "p50_ms":
                 float(np.median(ms)),
             "p95_ms":

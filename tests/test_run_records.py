@@ -787,6 +787,120 @@ def test_the_dev_choice_on_the_test_split_and_exact_search_are_their_records():
           in _prose("docs/performance.md"))
 
 
+def _paired_row(label: str, results: dict, engine: str) -> str:
+  """The table row of `engine`'s paired differences (benchmarks/build_noise.py's "paired")."""
+  paired = results["paired"]
+  cells = [
+      f"{p['mean']:+.4f} [{p['ci95'][0]:+.4f}, {p['ci95'][1]:+.4f}]".replace("-", "−")
+      for p in (paired[f"{engine} - pylate_xtr_k1000"], paired[f"{engine} - exact"],
+                paired["pylate_xtr_k1000 - exact"])
+  ]
+  differing = paired[f"{engine} - pylate_xtr_k1000"]["queries_differing"]
+  return f"| {label} | {cells[0]} | {differing} | {cells[1]} | {cells[2]} |"
+
+
+def _check_paired_means(results: dict, engine: str, exact: float) -> None:
+  """Each mean of per-query differences is the difference of the two engines' means."""
+  means = {e: results[e]["ndcg@10"]["mean"] for e in (engine, "pylate_xtr_k1000")}
+  means["exact"] = exact
+  for pair, paired in results["paired"].items():
+    a, b = pair.split(" - ")
+    assert paired["mean"] == pytest.approx(means[a] - means[b], abs=1e-12), pair
+
+
+def test_the_paired_differences_on_scifact_are_their_records():
+  """"Query by query": the three six-build runs searched again from their cached indexes found
+  every build's nDCG@10 of their records; the table's differences and intervals are the new
+  records'; each paired mean is the difference of the means (exact search's from its record);
+  the prose's interval widths, verdicts and counts of differing queries hold."""
+  section = _performance_bullet("**Query by query")
+  prose = " ".join(section.split())
+  exact = _record("exact_128")["ndcg@10"]
+  runs = {
+      "fastest": ("build_noise_demo128", "fastest", "`fastest.gin`"),
+      "spherical":
+          ("build_noise_demo128_spherical", "fastest_spherical", "`fastest.gin` + spherical tree"),
+      "reorder": ("build_noise_demo128_reorder", "reorder", "the dev choice (`reorder`)"),
+  }
+  paired = {}
+  for name, (original, engine, label) in runs.items():
+    results = _record(f"paired_demo128_{name}")["results"]
+    for again, first in zip(results["builds"], _record(original)["results"]["builds"], strict=True):
+      assert {
+          e: b["ndcg@10"] for e, b in again.items()
+      } == {
+          e: b["ndcg@10"] for e, b in first.items()
+      }
+    assert _paired_row(label, results, engine) in section
+    _check_paired_means(results, engine, exact)
+    paired[name] = results["paired"]
+  widths = [p["ci95"][1] - p["ci95"][0] for run in paired.values() for p in run.values()]
+  assert f"the intervals are {min(widths):.3f}–{max(widths):.3f} wide" in prose
+  upper = {
+      name: run[f"{runs[name][1]} - pylate_xtr_k1000"]["ci95"][1] for name, run in paired.items()
+  }
+  assert upper["fastest"] < 0 and -0.001 < upper["reorder"] < 0 < upper["spherical"]
+  assert all(run["pylate_xtr_k1000 - exact"]["ci95"][0] < 0 for run in paired.values())
+  differing = [
+      run[f"{runs[name][1]} - pylate_xtr_k1000"]["queries_differing"]
+      for name, run in paired.items()
+  ]
+  assert f"Only {min(differing)}–{max(differing)} of the 300 queries score differently" in prose
+
+
+def test_the_nfcorpus_runs_are_their_records():
+  """"A second corpus: NFCorpus": the four-build tables, differences and speed-ups of both runs
+  (their PyLate side the same four builds), the paired table, exact search's nDCG@10 and
+  PyLate's resolved distance below it, the goal's verdict; gin/scann/fastest_spherical.gin is
+  fastest.gin with the spherical tree, the settings of the run's gin file."""
+  section = _performance_bullet("**A second corpus: NFCorpus")
+  prose = " ".join(section.split())
+  exact = _record("exact_nfcorpus_128")
+  assert (exact["num_queries"], exact["indexed_tokens"], exact["k_prime"]) == (323, 879_639, 1000)
+  runs = {
+      "fastest": ("build_noise_nfcorpus_128", "`fastest.gin`"),
+      "fastest_spherical": ("build_noise_nfcorpus_128_spherical", "`fastest_spherical.gin`")
+  }
+  results = {engine: _record(name)["results"] for engine, (name, _) in runs.items()}
+  pylate = [[b["pylate_xtr_k1000"]["ndcg@10"] for b in r["builds"]] for r in results.values()]
+  assert pylate[0] == pylate[1]  # The same four PyLate indexes.
+  for engine, (_, label) in runs.items():
+    _check_build_noise(results[engine], engine, section, prose)
+    assert _paired_row(label, results[engine], engine) in section
+    _check_paired_means(results[engine], engine, exact["ndcg@10"])
+  assert f"Exact f_XTR' scores {exact['ndcg@10']:.4f}" in prose
+  below = results["fastest"]["paired"]["pylate_xtr_k1000 - exact"]
+  assert below["ci95"][1] < 0
+  assert f"PyLate's builds are {-below['mean']:.4f} below exact search" in prose
+  assert all(
+      b["pylate_xtr_k1000"]["ndcg@10"] < exact["ndcg@10"] for b in results["fastest"]["builds"])
+  speedup = {
+      engine: r["pylate_xtr_k1000"]["p50_ms"]["mean"] / r[engine]["p50_ms"]["mean"]
+      for engine, r in results.items()
+  }
+  spherical = results["fastest_spherical"]["ndcg@10_difference"]["mean"]
+  assert speedup["fastest_spherical"] >= 3 > speedup["fastest"] and spherical > -0.002
+  configs = []
+  for bindings in ("include 'gin/scann/fastest_spherical.gin'",
+                   "include 'gin/scann/fastest.gin'\nScannConfig.spherical = True"):
+    with gin.unlock_config():
+      gin.parse_config(bindings)
+    try:
+      configs.append(scann.ScannConfig())
+    finally:
+      gin.clear_config()
+  assert configs[0] == configs[1] != scann.ScannConfig()
+  rows = {r["engine"]: r for r in _record("engines_nfcorpus_128")["rows"]}
+  for r in rows.values():
+    assert (f"| `{r['engine']}` | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | {r['p50_ms']:.1f} | "
+            f"{r['p95_ms']:.1f} | {r['queries_per_s']:.1f} | {r['build_s']:,.0f} | "
+            f"{r['bytes_per_token']:.1f} | {r['peak_rss_mb']:,.0f} |") in section
+  ours, warp = rows["fastest_spherical"], rows["warp"]
+  assert (f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP and "
+          f"{rows['pylate_xtr_k1000']['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate") in prose
+  assert f"at nDCG@10 {ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's" in prose
+
+
 def test_the_fastest_settings_test_table_holds_its_records_numbers():
   """The test-split table of "Fewer leaves, coarser codes": every engine row of the two
   benchmarks/engines.py records, in their order."""

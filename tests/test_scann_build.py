@@ -272,3 +272,31 @@ def test_build_memory_searches_shard_by_shard_what_the_fan_out_finds(tmp_path, m
     assert row["recall"] == recall
     assert 0 < row["p50_ms_shards_at_once"] <= row["p50_ms"]
   assert rows[1]["recall"] < rows[0]["recall"] < rows[2]["recall"]
+
+
+def test_build_noise_pairs_the_engines_query_by_query_over_the_builds():
+  """benchmarks/build_noise.py's paired difference: each query's nDCG@10 averaged over the builds,
+  one engine's minus the other's, against a loop; its interval is the bootstrap's of those
+  differences, and runs over other queries are refused."""
+  build_noise = _benchmark("build_noise")
+  rng = np.random.default_rng(0)
+  queries = [f"q{i}" for i in range(40)]
+  builds = []
+  for _ in range(3):
+    a = {q: float(rng.choice([0.0, 0.5, 1.0])) for q in queries}
+    b = a | {q: float(rng.random()) for q in queries[30:]}  # The first 30 agree in every build.
+    builds.append({"a": {"ndcg@10_per_query": a}, "b": {"ndcg@10_per_query": b}})
+  differences = []
+  for q in queries:
+    total = 0.0
+    for build in builds:
+      total += build["a"]["ndcg@10_per_query"][q] - build["b"]["ndcg@10_per_query"][q]
+    differences.append(total / len(builds))
+  a, b = (build_noise.per_query_mean(builds, engine) for engine in ("a", "b"))
+  report = build_noise.paired(a, b)
+  assert report["mean"] == pytest.approx(sum(differences) / len(queries))
+  assert report["ci95"] == pytest.approx(build_noise.adaptation.bootstrap_interval(differences))
+  assert report["ci95"][0] < report["mean"] < report["ci95"][1]
+  assert report["queries_differing"] == 10 and report["queries"] == 40
+  with pytest.raises(ValueError, match="different queries"):
+    build_noise.paired(a, {q: a[q] for q in queries[1:]})
