@@ -76,6 +76,21 @@ def paired(a: dict[str, float], b: dict[str, float]) -> dict:
   }
 
 
+def read_exact(parser: argparse.ArgumentParser, path: str) -> dict[str, float]:
+  """{query id: nDCG@10} of xtr-eval-beir's metrics at `path` (the test split, as engines.py
+  evaluates); anything else is a usage error (exit 2) before any build runs."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      metrics = json.load(f)
+    per_query = {query_id: values["ndcg@10"] for query_id, values in metrics["per_query"].items()}
+    split = metrics["split"]
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    parser.error(f"--exact={path}: not xtr-eval-beir's metrics with nDCG@10 per query ({e!r})")
+  if split != "test":
+    parser.error(f"--exact={path}: split {split!r}; engines.py evaluates the test split")
+  return per_query
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   for name in ("vectors", "data_dir", "out"):
@@ -85,6 +100,7 @@ def main() -> None:
   parser.add_argument("--exact", help="xtr-eval-beir's metrics (JSON) of exact search")
   parser.add_argument("--record", help="write the results to this run record (JSON)")
   args = parser.parse_args()
+  exact = read_exact(parser, args.exact) if args.exact else None
   run_record.mark_start()
   os.makedirs(args.out, exist_ok=True)
   name = pathlib.Path(args.scann_gin).stem
@@ -103,9 +119,8 @@ def main() -> None:
   results["ndcg@10_difference"] = summary(
       [b[name]["ndcg@10"] - b[PEER]["ndcg@10"] for b in results["builds"]])
   runs = {engine: per_query_mean(builds, engine) for engine in (name, PEER)}
-  if args.exact:
-    with open(args.exact, encoding="utf-8") as f:
-      runs["exact"] = {q: values["ndcg@10"] for q, values in json.load(f)["per_query"].items()}
+  if exact:
+    runs["exact"] = exact
   results["paired"] = {
       f"{a} - {b}": paired(runs[a], runs[b])
       for a, b in ((name, PEER), (name, "exact"), (PEER, "exact"))

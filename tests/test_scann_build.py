@@ -300,3 +300,26 @@ def test_build_noise_pairs_the_engines_query_by_query_over_the_builds():
   assert report["queries_differing"] == 10 and report["queries"] == 40
   with pytest.raises(ValueError, match="different queries"):
     build_noise.paired(a, {q: a[q] for q in queries[1:]})
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not xtr-eval-beir's metrics"),
+    ('{"per_query": {"q1": {"ndcg@10": 0.5}}}', "not xtr-eval-beir's metrics"),
+    ('{"per_query": {"q1": {"ndcg@10": 0.5}}, "split": "dev"}', "split 'dev'"),
+])
+def test_build_noise_refuses_a_bad_exact_record_before_any_build(tmp_path, monkeypatch, capsys,
+                                                                 content, message):
+  """A --exact file that is not xtr-eval-beir's test-split metrics: an error naming the flag and
+  file, exit 2, and no build run."""
+  build_noise = _benchmark("build_noise")
+  exact = tmp_path / "exact.json"
+  exact.write_text(content)
+  monkeypatch.setattr(build_noise, "run_build", lambda *a: pytest.fail("a build ran"))
+  monkeypatch.setattr(
+      "sys.argv", ["build_noise.py", "vectors", "data",
+                   str(tmp_path / "out"), f"--exact={exact}"])
+  with pytest.raises(SystemExit) as exit_:
+    build_noise.main()
+  assert exit_.value.code == 2
+  assert f"--exact={exact}: {message}" in capsys.readouterr().err
+  assert not (tmp_path / "out").exists()
