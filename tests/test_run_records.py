@@ -899,6 +899,15 @@ def test_the_nfcorpus_runs_are_their_records():
   assert (f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP and "
           f"{rows['pylate_xtr_k1000']['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate") in prose
   assert f"at nDCG@10 {ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's" in prose
+  # The section's status line and the README quote the same runs.
+  sph = _record("build_noise_demo128_spherical")["results"]
+  scifact = sph["pylate_xtr_k1000"]["p50_ms"]["mean"] / sph["fastest_spherical"]["p50_ms"]["mean"]
+  assert (f"NFCorpus by `gin/scann/fastest_spherical.gin` ({speedup['fastest_spherical']:.1f}× "
+          f"faster than PyLate at {spherical:+.4f}, {warp['p50_ms'] / ours['p50_ms']:.1f}× faster "
+          "than WARP") in _prose("docs/performance.md")
+  assert (f"{speedup['fastest_spherical']:.1f}× faster than PyLate's `retrieve.XTR` on NFCorpus at "
+          f"nDCG@10 {spherical:+.4f}, {scifact:.1f}× on SciFact at "
+          f"{sph['ndcg@10_difference']['mean']:.4f}".replace("-", "−")) in _prose("README.md")
 
 
 def test_the_fastest_settings_test_table_holds_its_records_numbers():
