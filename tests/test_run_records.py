@@ -848,6 +848,35 @@ def test_the_paired_differences_on_scifact_are_their_records():
   assert f"Only {min(differing)}–{max(differing)} of the 300 queries score differently" in prose
 
 
+def _check_engines_table(record: dict, section: str) -> dict[str, dict]:
+  """Each row of a benchmarks/engines.py record is a row of `section`'s table; {engine: row}."""
+  for r in record["rows"]:
+    assert (f"| `{r['engine']}` | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | {r['p50_ms']:.1f} | "
+            f"{r['p95_ms']:.1f} | {r['queries_per_s']:.1f} | {r['build_s']:,.0f} | "
+            f"{r['bytes_per_token']:.1f} | {r['peak_rss_mb']:,.0f} |") in section
+  return {r["engine"]: r for r in record["rows"]}
+
+
+def test_the_spherical_setting_beside_warp_on_scifact_is_its_record():
+  """"`fastest_spherical.gin` beside WARP on SciFact": the table, the speed-ups, and the
+  distances in nDCG@10 from PyLate, WARP and exact search; the run searched build 0 of the
+  six-build record."""
+  section = _performance_bullet("**`fastest_spherical.gin` beside WARP on SciFact")
+  prose = " ".join(section.split())
+  rows = _check_engines_table(_record("engines_spherical_warp_128"), section)
+  ours, pylate, warp = rows["fastest_spherical"], rows["pylate_xtr_k1000"], rows["warp"]
+  build0 = _record("build_noise_demo128_spherical")["results"]["builds"][0]
+  assert {e: build0[e]["ndcg@10"] for e in build0} == {e: rows[e]["ndcg@10"] for e in build0}
+  exact = _record("exact_128")["ndcg@10"]
+  assert (f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP and "
+          f"{pylate['p50_ms'] / ours['p50_ms']:.2f}× faster than PyLate in this run") in prose
+  above = warp["ndcg@10"] - exact
+  assert f"{warp['ndcg@10']:.4f}, {above:.4f} above exact search ({exact:.4f})" in prose
+  assert (f"{pylate['ndcg@10'] - ours['ndcg@10']:.4f} below PyLate's and "
+          f"{warp['ndcg@10'] - ours['ndcg@10']:.4f} below WARP's") in prose
+  assert min(pylate["ndcg@10"], warp["ndcg@10"]) - ours["ndcg@10"] > 0.002
+
+
 def test_the_nfcorpus_runs_are_their_records():
   """"A second corpus: NFCorpus": the four-build tables, differences and speed-ups of both runs
   (their PyLate side the same four builds), the paired table, exact search's nDCG@10 and
@@ -890,11 +919,7 @@ def test_the_nfcorpus_runs_are_their_records():
     finally:
       gin.clear_config()
   assert configs[0] == configs[1] != scann.ScannConfig()
-  rows = {r["engine"]: r for r in _record("engines_nfcorpus_128")["rows"]}
-  for r in rows.values():
-    assert (f"| `{r['engine']}` | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | {r['p50_ms']:.1f} | "
-            f"{r['p95_ms']:.1f} | {r['queries_per_s']:.1f} | {r['build_s']:,.0f} | "
-            f"{r['bytes_per_token']:.1f} | {r['peak_rss_mb']:,.0f} |") in section
+  rows = _check_engines_table(_record("engines_nfcorpus_128"), section)
   ours, warp = rows["fastest_spherical"], rows["warp"]
   assert (f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP and "
           f"{rows['pylate_xtr_k1000']['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate") in prose
