@@ -924,6 +924,18 @@ def test_the_nfcorpus_runs_are_their_records():
   assert (f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP and "
           f"{rows['pylate_xtr_k1000']['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate") in prose
   assert f"at nDCG@10 {ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's" in prose
+  latency = _record("latency_nfcorpus_128_spherical")
+  one_thread = [r for r in latency["rows"] if "threads" not in r and "encode" not in r]
+  assert [r["leaves"] for r in one_thread] == ["built", 100, 200, 400, 1000]
+  assert (latency["num_leaves"], latency["leaves_built"]) == (1689, 50)
+  assert "| nDCG@10 | " + " | ".join(f"{r['ndcg@10']:.4f}" for r in one_thread) + " |" in section
+  assert "| p50 ms | " + " | ".join(f"{r['p50_ms']:.1f}" for r in one_thread) + " |" in section
+  assert one_thread[0]["ndcg@10"] == results["fastest_spherical"]["builds"][0]["fastest_spherical"][
+      "ndcg@10"]
+  assert f"{exact['ndcg@10'] - one_thread[-1]['ndcg@10']:.4f} below exact search" in prose
+  assert (f"(400 leaves, {one_thread[3]['p50_ms']:.1f} ms) it scores "
+          f"{one_thread[3]['ndcg@10']:.4f}, where PyLate's build 0 scores "
+          f"{results['fastest']['builds'][0]['pylate_xtr_k1000']['ndcg@10']:.4f}") in prose
   # The section's status line and the README quote the same runs.
   sph = _record("build_noise_demo128_spherical")["results"]
   scifact = sph["pylate_xtr_k1000"]["p50_ms"]["mean"] / sph["fastest_spherical"]["p50_ms"]["mean"]
