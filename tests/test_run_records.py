@@ -150,6 +150,16 @@ def _check_settings_table(section: str, groups: dict[tuple[str, ...], list[dict]
     assert "| " + " | ".join(cells) + " |" in section
 
 
+def _scann_config(bindings: str) -> scann.ScannConfig:
+  """The `ScannConfig` that gin `bindings` (e.g. an include of a gin/scann file) configure."""
+  with gin.unlock_config():
+    gin.parse_config(bindings)
+  try:
+    return scann.ScannConfig()
+  finally:
+    gin.clear_config()
+
+
 def _record(name: str):
   """docs/runs/`name`.json."""
   return json.loads((REPO / "docs" / "runs" / f"{name}.json").read_text())
@@ -675,12 +685,7 @@ def test_the_fastest_settings_are_the_dev_splits_choice(model, gin_file):
   default, = (r for r in rows if r["leaves_searched"] == 100 and not set(settings) & set(r))
   chosen = min((r for r in rows if r["ndcg@10"] >= default["ndcg@10"] - 0.002),
                key=lambda r: r["scann_p50_ms"])
-  with gin.unlock_config():
-    gin.parse_config_file(str(REPO / "gin" / "scann" / f"{gin_file}.gin"))
-  try:
-    config = dataclasses.asdict(scann.ScannConfig())
-  finally:
-    gin.clear_config()
+  config = dataclasses.asdict(_scann_config(f"include 'gin/scann/{gin_file}.gin'"))
   defaults = dataclasses.asdict(scann.ScannConfig())
   assert {k: config[k] for k in settings} == {k: chosen.get(k, defaults[k]) for k in settings}
   assert config["num_leaves_to_search"] == chosen["leaves_searched"]
@@ -909,16 +914,9 @@ def test_the_nfcorpus_runs_are_their_records():
   }
   spherical = results["fastest_spherical"]["ndcg@10_difference"]["mean"]
   assert speedup["fastest_spherical"] >= 3 > speedup["fastest"] and spherical > -0.002
-  configs = []
-  for bindings in ("include 'gin/scann/fastest_spherical.gin'",
-                   "include 'gin/scann/fastest.gin'\nScannConfig.spherical = True"):
-    with gin.unlock_config():
-      gin.parse_config(bindings)
-    try:
-      configs.append(scann.ScannConfig())
-    finally:
-      gin.clear_config()
-  assert configs[0] == configs[1] != scann.ScannConfig()
+  spherical_gin = _scann_config("include 'gin/scann/fastest_spherical.gin'")
+  assert spherical_gin == _scann_config(
+      "include 'gin/scann/fastest.gin'\nScannConfig.spherical = True") != scann.ScannConfig()
   rows = _check_engines_table(_record("engines_nfcorpus_128"), section)
   ours, warp = rows["fastest_spherical"], rows["warp"]
   assert (f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP and "
