@@ -114,6 +114,9 @@ def test_the_demo_numbers_of_the_readme_and_results_are_its_records():
       r"MRR@10 ([\d.]+); run record", readme)
   assert quoted.groups() == (f"{xtr['ndcg@10']:.4f}", f"{xtr['recall@100']:.4f}",
                              f"{xtr['mrr@10']:.4f}")
+  fresh = _record("demo_scifact_2026-11-28")["results"]["scifact"]["xtr"]["ndcg@10"]
+  assert f"on 2026-11-28 it scored {fresh:.4f} (record" in readme
+  assert abs(fresh - xtr["ndcg@10"]) < 0.009  # Within the noise of a ScaNN build the README gives.
   results = _prose("docs/results.md")
   assert (f"the recipe scores {xtr['ndcg@10']:.4f} on SciFact test (R@100 {xtr['recall@100']:.4f}, "
           f"MRR@10 {xtr['mrr@10']:.4f}; run record") in results
@@ -169,6 +172,14 @@ def _fastest_at_recall(row: dict, key: str = "p50_ms") -> float:
   """p50 ms (`key`, else p50_ms) of a build_memory row's fastest setting with recall >= 0.9 of the
   exact top-k'."""
   return min(r.get(key, r["p50_ms"]) for r in [row, *row["by_leaves"]] if r["recall"] >= 0.9)
+
+
+def _at_once(run: dict) -> tuple[list[float], float]:
+  """A sharded build_memory run's p50 ms at recall >= 0.9 per scale with the shards searched at
+  once, and the exponent b of their fit ~ tokens^b."""
+  at_once = [_fastest_at_recall(row, "p50_ms_shards_at_once") for row in run["rows"]]
+  tokens = [row["tokens"] for row in run["rows"]]
+  return at_once, np.polyfit(np.log(tokens), np.log(at_once), 1)[0]
 
 
 def _rows(heading: str, first_cell: str, page: str = "results.md") -> list[list[str]]:
@@ -1198,6 +1209,116 @@ def _check_build_noise(results: dict, name: str, section: str, prose: str) -> No
   assert f"**{speedup:.1f}× faster per query**" in prose
 
 
+def test_the_384d_nfcorpus_runs_are_their_records():
+  """"The 384-d model on NFCorpus": the three-build table, the paired row, exact search's
+  nDCG@10, the speed-up and the verdict (a loss the queries resolve)."""
+  section = _performance_bullet("**The 384-d model on NFCorpus")
+  prose = " ".join(section.split())
+  exact = _record("exact_nfcorpus_384")
+  assert (exact["num_queries"], exact["indexed_tokens"], exact["k_prime"]) == (323, 879_639, 1000)
+  assert exact["searcher"] == "bruteforce" and exact["checkpoint"] == "runs/demo/xtr/wise_ft_0.7"
+  results = _record("build_noise_nfcorpus_384")["results"]
+  _check_build_noise(results, "fastest_384", section, prose)
+  assert _paired_row("`fastest_384.gin`", results, "fastest_384") in section
+  _check_paired_means(results, "fastest_384", exact["ndcg@10"])
+  assert f"Exact f_XTR' scores {exact['ndcg@10']:.4f}" in prose
+  loss = results["paired"]["fastest_384 - pylate_xtr_k1000"]
+  assert loss["ci95"][1] < 0 and "the queries resolve the loss" in prose
+  assert all(
+      b["fastest_384"]["ndcg@10"] < b["pylate_xtr_k1000"]["ndcg@10"] for b in results["builds"])
+  assert "**On NFCorpus the 384-d goal is not met by `fastest_384.gin`**" in prose
+  speedup = results["pylate_xtr_k1000"]["p50_ms"]["mean"] / results["fastest_384"]["p50_ms"]["mean"]
+  assert (f"on NFCorpus {speedup:.1f}× faster than PyLate at nDCG@10 "
+          f"{results['ndcg@10_difference']['mean']:.4f}, a loss".replace(
+              "-", "−")) in _prose("README.md")
+  rows = _check_engines_table(_record("engines_nfcorpus_384"), section)
+  ours, pylate, warp = rows["fastest_384"], rows["pylate_xtr_k1000"], rows["warp"]
+  build0 = results["builds"][0]
+  assert {e: build0[e]["ndcg@10"] for e in build0} == {e: rows[e]["ndcg@10"] for e in build0}
+  assert (f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP and "
+          f"{pylate['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate in this run, at nDCG@10 "
+          f"{ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's and "
+          f"{ours['ndcg@10'] - pylate['ndcg@10']:+.4f} against PyLate's".replace("-", "−")) in prose
+  spherical = rows["fastest_384_spherical"]["ndcg@10"]
+  assert f"({spherical:.4f} against {ours['ndcg@10']:.4f})" in prose
+  latency = _record("latency_nfcorpus_384")
+  one_thread = [r for r in latency["rows"] if "threads" not in r and "encode" not in r]
+  assert [r["leaves"] for r in one_thread] == ["built", 40, 50, 75, 100, 200]
+  assert (latency["num_leaves"], latency["leaves_built"]) == (1689, 30)
+  assert "| nDCG@10 | " + " | ".join(f"{r['ndcg@10']:.4f}" for r in one_thread) + " |" in section
+  assert "| p50 ms | " + " | ".join(f"{r['p50_ms']:.1f}" for r in one_thread) + " |" in section
+  assert one_thread[0]["ndcg@10"] == build0["fastest_384"]["ndcg@10"]
+  within = [r for r in one_thread if r["ndcg@10"] >= pylate["ndcg@10"] - 0.002]
+  assert within[0]["leaves"] == 100 and all(r in within for r in one_thread[4:])
+  assert (f"within 0.002 of PyLate's {pylate['ndcg@10']:.4f} from 100 leaves "
+          f"({within[0]['p50_ms']:.1f} ms, {pylate['p50_ms'] / within[0]['p50_ms']:.1f}× PyLate's "
+          f"{pylate['p50_ms']:.1f} ms in the run above), "
+          f"{exact['ndcg@10'] - one_thread[-1]['ndcg@10']:.4f} below exact search") in prose
+
+
+def _glance_row(goal: str) -> str:
+  """The row of docs/performance.md's "Issue 32 at a glance" whose goal cell is `goal`."""
+  text = (REPO / "docs" / "performance.md").read_text()
+  section = text[text.index("## Issue 32 at a glance"):text.index("## The bars of issue #13")]
+  rows = [line for line in section.splitlines() if line.split(" | ")[1:2] == [goal]]
+  assert len(rows) == 1, goal
+  return rows[0]
+
+
+def _speedups(record: str, ours: str) -> tuple[dict, dict]:
+  """{engine: row} of an engines record and {peer: its p50 ms / `ours`'s}."""
+  rows = {r["engine"]: r for r in _record(record)["rows"]}
+  return rows, {e: r["p50_ms"] / rows[ours]["p50_ms"] for e, r in rows.items()}
+
+
+def _over_builds(record: str, ours: str) -> tuple[float, float]:
+  """PyLate's mean p50 ms over a build_noise record's builds / `ours`'s, and the mean difference."""
+  results = _record(record)["results"]
+  return (results["pylate_xtr_k1000"]["p50_ms"]["mean"] / results[ours]["p50_ms"]["mean"],
+          results["ndcg@10_difference"]["mean"])
+
+
+def test_issue_32_at_a_glance_is_its_records():
+  """The summary table at the head of docs/performance.md quotes the runs its sections do."""
+  row = _glance_row("384-d: ≥ 3× PyLate, faster than WARP, within 0.002")
+  rows, speedup = _speedups("engines_fastest_384", "fastest384")
+  over, difference = _over_builds("build_noise_384", "fastest_384")
+  ours = rows["fastest384"]["ndcg@10"] - rows["pylate_xtr_k1000"]["ndcg@10"]
+  assert (f"{speedup['pylate_xtr_k1000']:.1f}× PyLate, {speedup['warp']:.1f}× WARP, {ours:+.4f} "
+          f"vs PyLate; over three builds {over:.1f}×, {difference:.4f}".replace("-", "−")) in row
+  over, difference = _over_builds("build_noise_nfcorpus_384", "fastest_384")
+  speedup = _speedups("engines_nfcorpus_384", "fastest_384")[1]
+  assert (f"NFCorpus: {over:.1f}× PyLate at {difference:.4f} over three builds (a loss the "
+          f"queries resolve); one run {speedup['pylate_xtr_k1000']:.1f}× PyLate, "
+          f"{speedup['warp']:.1f}× WARP".replace("-", "−")) in row
+  row = _glance_row("128-d: the same goal")
+  nfc, nfc_difference = _over_builds("build_noise_nfcorpus_128_spherical", "fastest_spherical")
+  sci, sci_difference = _over_builds("build_noise_demo128_spherical", "fastest_spherical")
+  warp_nfc = _speedups("engines_nfcorpus_128", "fastest_spherical")[1]["warp"]
+  warp_sci = _speedups("engines_spherical_warp_128", "fastest_spherical")[1]["warp"]
+  assert (f"{nfc:.1f}× PyLate at {nfc_difference:+.4f} over four builds, {warp_nfc:.1f}× WARP in "
+          f"one run; SciFact: {sci:.1f}× PyLate at {sci_difference:.4f} over six builds, "
+          f"{warp_sci:.1f}× WARP".replace("-", "−")) in row
+  assert sci >= 3 and nfc >= 3 and nfc_difference > -0.002 > sci_difference
+  row = _glance_row("384-d index < 100 bytes per token at ≤ 0.005 loss")
+  compact, default = rows["compact384"], rows["xtr"]
+  assert (f"{compact['bytes_per_token']:.1f} bytes per token, nDCG@10 {compact['ndcg@10']:.4f} "
+          f"against {default['ndcg@10']:.4f}") in row
+  assert compact["bytes_per_token"] < 100 and compact["ndcg@10"] >= default["ndcg@10"] - 0.005
+  row = _glance_row("search ~ tokens^≤0.5 at recall ≥ 0.9")
+  two, sixty_four = _record("build_memory_128_fixed_2shards"), _record("build_memory_128_fixed_64x")
+  reorder = _record("build_memory_128_reorder")["fits"]["search_exponent_at_recall_0.9"]
+  at_once_exponent = _at_once(sixty_four)[1]
+  assert (f"tokens^{reorder:.2f} (reordered) to 16×; two shards of fixed-size leaves: "
+          f"tokens^{two['fits']['search_exponent_at_recall_0.9']:.2f} to 16×; sixteen shards to "
+          f"64×: tokens^{sixty_four['fits']['search_exponent_at_recall_0.9']:.2f} searched one "
+          f"after the other, tokens^{at_once_exponent:.2f} at once") in row
+  row = _glance_row("build peak flat from 16× to 64×")
+  peak16 = _record("build_memory_128_fixed")["rows"][2]["build_peak_rss_mb"]
+  peak = sixty_four["rows"][3]["build_peak_rss_mb"]
+  assert f"{peak16:,.0f} MiB per shard at 16×, {peak:,.0f} at 64×" in row
+
+
 def test_the_128d_build_memory_exponents_are_their_records():
   """The fitted growth exponents quoted beside the 128-d build_memory tables."""
   text = _prose("docs/performance.md")
@@ -1317,7 +1438,6 @@ def test_the_64x_claims_are_their_records():
   old16 = {r["leaves_searched"]: r["p50_ms"] for r in two["rows"][2]["by_leaves"]}[50]
   assert f"costs {_fastest_at_recall(sixteen):.1f} ms against {old16:.1f} there" in text
   fastest = [_fastest_at_recall(row) for row in run["rows"]]
-  at_once = [_fastest_at_recall(row, "p50_ms_shards_at_once") for row in run["rows"]]
   before = [_fastest_at_recall(row) for row in two["rows"]]
   assert (f"1×: {before[0]:.1f} → {fastest[0]:.1f} ms, 4×: {before[1]:.1f} → "
           f"{fastest[1]:.1f}") in text
@@ -1331,8 +1451,7 @@ def test_the_64x_claims_are_their_records():
   assert exponent > 0.5
   assert (f"tokens^{exponent:.2f} ({fastest[0]:.1f}, {fastest[1]:.1f}, {fastest[2]:.1f} and "
           f"{fastest[3]:.1f} ms)") in text
-  tokens = [row["tokens"] for row in run["rows"]]
-  at_once_exponent = np.polyfit(np.log(tokens), np.log(at_once), 1)[0]
+  at_once, at_once_exponent = _at_once(run)
   assert at_once_exponent <= 0.5
   assert (f"**Searched at once, 64× costs {at_once[3]:.1f} ms at recall ≥ 0.9**") in text
   assert (f"{at_once[0]:.1f}, {at_once[1]:.1f}, {at_once[2]:.1f} and {at_once[3]:.1f} ms over the "
