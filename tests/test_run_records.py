@@ -1254,6 +1254,27 @@ def test_the_384d_nfcorpus_runs_are_their_records():
           f"({within[0]['p50_ms']:.1f} ms, {pylate['p50_ms'] / within[0]['p50_ms']:.1f}× PyLate's "
           f"{pylate['p50_ms']:.1f} ms in the run above), "
           f"{exact['ndcg@10'] - one_thread[-1]['ndcg@10']:.4f} below exact search") in prose
+  # Finer codes (2 dimensions per block), one build beside build 0's PyLate index.
+  dims2 = {r["engine"]: r for r in _record("engines_nfcorpus_384_dims2")["rows"]}
+  assert dims2["pylate_xtr_k1000"]["ndcg@10"] == pylate["ndcg@10"]  # Build 0's PyLate index.
+  assert (f"{dims2['dims2']['ndcg@10']:.4f} at {dims2['dims2']['p50_ms']:.1f} ms against PyLate's "
+          f"{pylate['ndcg@10']:.4f} at {dims2['pylate_xtr_k1000']['p50_ms']:.1f} ms "
+          f"({dims2['pylate_xtr_k1000']['p50_ms'] / dims2['dims2']['p50_ms']:.1f}×)") in prose
+  sweep = _record("latency_nfcorpus_384_dims2")
+  finer = [r for r in sweep["rows"] if "threads" not in r and "encode" not in r]
+  assert (sweep["num_leaves"], sweep["leaves_built"]) == (1689, 50)
+  finer = {50 if r["leaves"] == "built" else r["leaves"]: r for r in finer}
+  assert "| nDCG@10 | " + " | ".join(
+      f"{finer[n]['ndcg@10']:.4f}" for n in sorted(finer)) + " |" in section
+  assert "| p50 ms | " + " | ".join(
+      f"{finer[n]['p50_ms']:.1f}" for n in sorted(finer)) + " |" in section
+  coarser = {50 if r["leaves"] == "built" else r["leaves"]: r for r in one_thread}
+  above = max(finer[n]["ndcg@10"] - coarser[n]["ndcg@10"] for n in (40, 50, 75, 100))
+  assert f"at most {above:.4f} above the coarser ones" in prose
+  assert all(f["ndcg@10"] < pylate["ndcg@10"] - 0.002 for n, f in finer.items() if n < 100)
+  spread = max(b["fastest_384"]["ndcg@10"] for b in results["builds"]) - min(
+      b["fastest_384"]["ndcg@10"] for b in results["builds"])
+  assert f"the three builds above span {spread:.4f}" in prose
 
 
 def _glance_row(goal: str) -> str:
