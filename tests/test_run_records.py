@@ -1275,6 +1275,19 @@ def test_the_384d_nfcorpus_runs_are_their_records():
   spread = max(b["fastest_384"]["ndcg@10"] for b in results["builds"]) - min(
       b["fastest_384"]["ndcg@10"] for b in results["builds"])
   assert f"the three builds above span {spread:.4f}" in prose
+  # Reordering, one build beside build 0's PyLate index.
+  reorder = {r["engine"]: r for r in _record("engines_nfcorpus_384_reorder")["rows"]}
+  ours, peer = reorder["reorder"], reorder["pylate_xtr_k1000"]
+  assert peer["ndcg@10"] == pylate["ndcg@10"]
+  assert (
+      f"{ours['ndcg@10']:.4f} at {ours['p50_ms']:.1f} ms against PyLate's {peer['ndcg@10']:.4f} "
+      f"at {peer['p50_ms']:.1f} ms: {ours['ndcg@10'] - peer['ndcg@10']:.4f}, at the goal's edge, "
+      f"and {peer['p50_ms'] / ours['p50_ms']:.1f}× faster, not 3×; it stores "
+      f"{ours['bytes_per_token']:.1f} bytes per token").replace("-", "−") in prose
+  sweep = _record("latency_nfcorpus_384_reorder")
+  by_leaves = {r["leaves"]: r["ndcg@10"] for r in sweep["rows"] if "threads" not in r}
+  assert by_leaves["built"] == ours["ndcg@10"] and sweep["leaves_built"] == 30
+  assert f"At 50 and 100 leaves it scores {by_leaves[50]:.4f} and {by_leaves[100]:.4f}" in prose
 
 
 def _glance_row(goal: str) -> str:
