@@ -68,12 +68,13 @@ def _one_step(mesh, scoring, batch, micro_batch_size=None, config=TINY, pretrain
   return initial, jax.device_get(state.params), jax.device_get(metrics), state
 
 
-def _assert_same_step(step, reference):
-  """Equal loss and metrics, and equal parameters before and after the step (1e-5)."""
+def _assert_same_step(step, reference, params_atol=1e-5):
+  """Equal loss and metrics (1e-5), and equal parameters before and after the step
+  (`params_atol`)."""
   assert step[2].keys() == reference[2].keys()
   for key in step[2]:
     np.testing.assert_allclose(step[2][key], reference[2][key], atol=1e-5, rtol=1e-5, err_msg=key)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), step[1],
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=params_atol, rtol=1e-5), step[1],
                reference[1])
   jax.tree.map(np.testing.assert_array_equal, step[0], reference[0])
   changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.allclose(a, b), step[1], step[0]))
@@ -132,7 +133,12 @@ def test_a_scanned_rematerialized_step_equals_the_loop_step():
   sharding = scanned[3].params["backbone"]["layers"]["mlp"]["wi_0"]["kernel"].sharding
   assert sharding.spec == jax.sharding.PartitionSpec(None, None, "model")
   unstacked = lambda params: {**params, "backbone": layer_stack.unstack(params["backbone"])}
-  _assert_same_step((unstacked(scanned[0]), unstacked(scanned[1]), scanned[2]), loop)
+  # AdamW's first step moves a parameter by lr·g/(|g| + ε) (lr 1e-2, ε 1e-8): where a gradient is
+  # a few ε, the float32 rounding of sums taken in another order (scan against loop) moves the
+  # update by more than 1e-5 (seen on one CPU: 1.3e-5, a gradient of ~5e-8). 1e-4 is 1 % of lr; a
+  # wrong gradient's sign moves an update by 2e-2, and the loss and grad_norm stay within 1e-5.
+  _assert_same_step((unstacked(scanned[0]), unstacked(scanned[1]), scanned[2]), loop,
+                    params_atol=1e-4)
 
 
 def _step_memory(data: int, fsdp: bool):
