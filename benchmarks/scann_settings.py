@@ -6,7 +6,9 @@ nDCG@10 of f_XTR' and ScaNN's time, for each setting, over an index's token vect
       [SPLIT]
 
 Each JSON object is `ScannConfig` fields (`xtr.index.scann`; the rest default) plus "leaves",
-the leaves searched per query token to measure. Every ScaNN is built by `scann.build` (one
+the leaves searched per query token to measure, and optionally "reordered", the candidates
+rescored per query token to measure (search-time `reorder_k` values over one build with
+reordering; the built `reorder_k` by default). Every ScaNN is built by `scann.build` (one
 training thread: what an export builds) from the index's stored vectors, and searched with the
 tokens of SPLIT's queries (k' = 1000, one thread; SPLIT: test by default, a dev split to choose
 settings without seeing the test queries): recall@1000 is the fraction of each token's
@@ -14,6 +16,7 @@ exact top 1000 (numpy, float32) that ScaNN returns, averaged over the tokens; nD
 f_XTR' from ScaNN's lists (top-k' imputation); ms is the median of ScaNN's search of one
 query's tokens. Writes OUT_PREFIX.json and OUT_PREFIX.md.
 """
+import itertools
 import json
 import sys
 import time
@@ -52,12 +55,13 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str
   rows = []
   for setting in json.loads(settings):
     leaves = setting.pop("leaves")
+    reordered = setting.pop("reordered", [setting.get("reorder_k", 0)])
     config = scann.ScannConfig(**setting)
     start = time.perf_counter()
     built, built_settings = scann.build(lambda: [vectors], len(vectors), config)
     build_s = time.perf_counter() - start
-    for leaves_to_search in leaves:
-      found, scores = scann_search.search(built.searcher, tokens, K_PRIME, config.reorder_k,
+    for leaves_to_search, reorder_k in itertools.product(leaves, reordered):
+      found, scores = scann_search.search(built.searcher, tokens, K_PRIME, reorder_k,
                                           leaves_to_search, 1)
       recall = np.mean([len(np.intersect1d(f, e)) / K_PRIME for f, e in zip(found, exact)])
       run = {}
@@ -69,11 +73,11 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str
       times = []
       for query_tokens in np.split(tokens, bounds):
         begin = time.perf_counter()
-        scann_search.search(built.searcher, query_tokens, K_PRIME, config.reorder_k,
-                            leaves_to_search, 1)
+        scann_search.search(built.searcher, query_tokens, K_PRIME, reorder_k, leaves_to_search, 1)
         times.append(1000 * (time.perf_counter() - begin))
       rows.append({
-          **setting, "num_leaves_built": built_settings["num_leaves"],
+          **setting, "reorder_k": reorder_k,
+          "num_leaves_built": built_settings["num_leaves"],
           "leaves_searched": leaves_to_search,
           "recall@1000": float(recall),
           "ndcg@10": beir_eval.evaluate(data.qrels, run)["ndcg@10"],
@@ -86,8 +90,13 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out: str, settings: str
       "| settings | leaves | searched | recall@1000 | nDCG@10 | ScaNN p50 ms | build s |",
       "|---|---|---|---|---|---|---|"
   ]
+  defaults = scann.ScannConfig()
   for r in rows:
-    changed = {k: v for k, v in r.items() if k in scann.ScannConfig.__dataclass_fields__}
+    changed = {
+        k: v
+        for k, v in r.items()
+        if k in scann.ScannConfig.__dataclass_fields__ and v != getattr(defaults, k)
+    }
     lines.append(f"| {json.dumps(changed) if changed else 'default'} | {r['num_leaves_built']} | "
                  f"{r['leaves_searched']} | {r['recall@1000']:.4f} | {r['ndcg@10']:.4f} | "
                  f"{r['scann_p50_ms']:.2f} | {r['build_s']:.0f} |")

@@ -1290,6 +1290,38 @@ def test_the_384d_nfcorpus_runs_are_their_records():
   assert f"At 50 and 100 leaves it scores {by_leaves[50]:.4f} and {by_leaves[100]:.4f}" in prose
 
 
+def test_the_384d_nfcorpus_dev_run_with_reordering_is_its_record():
+  """"Reordering, on NFCorpus's dev split": its table holds the record's rows (the reference,
+  then one row per code layout and number reordered, the leaves searched joined by " / "), and
+  its verdicts hold: no setting within 0.002 of the reference (PyLate's settings), the best's
+  distance from it, and how far below it the settings whose ScaNN takes at most 4 ms all are."""
+  record = _record("scann_dev_nfcorpus_384_reorder")
+  assert (record["index"], record["split"]) == ("runs/nfc384/index", "dev")
+  reference, *rows = record["rows"]
+  assert (reference["spherical"], reference["num_leaves_built"], reference["dims_per_block"],
+          reference["leaves_searched"]) == (True, 2000, 2, 200)
+  groups = {("PyLate's: spherical, 2,000 leaves, 2", "none"): [reference]}
+  for row in rows:
+    assert row["reorder_type"] == "int8" and row["num_leaves_built"] == 1689
+    key = (f"1,689 leaves, {row['dims_per_block']}", f"int8, {row['reorder_k']:,}")
+    groups.setdefault(key, []).append(row)
+  section = _performance_bullet("**The 384-d model on NFCorpus")
+  _check_settings_table(section, groups)
+  best = max(rows, key=lambda r: r["ndcg@10"])
+  assert best["ndcg@10"] < reference["ndcg@10"] - 0.002
+  fast = [r for r in rows if r["scann_p50_ms"] <= 4]
+  gap = min(reference["ndcg@10"] - r["ndcg@10"] for r in fast)
+  prose = " ".join(section.split())
+  tied = [r["scann_p50_ms"] for r in rows if f"{r['ndcg@10']:.4f}" == f"{best['ndcg@10']:.4f}"]
+  assert (f"within 0.002 of the reference's {reference['ndcg@10']:.4f}: the best, "
+          f"{best['ndcg@10']:.4f} ({reference['ndcg@10'] - best['ndcg@10']:.4f} below), takes "
+          f"{min(tied):.1f}–{max(tied):.1f} ms of ScaNN") in prose
+  assert (f"best −{reference['ndcg@10'] - best['ndcg@10']:.4f}, with int8 reordering, at "
+          f"{reference['scann_p50_ms'] / min(tied):.1f}× less ScaNN time"
+         ) in _glance_row("384-d: ≥ 3× PyLate, faster than WARP, within 0.002")
+  assert f"takes at most 4 ms are {gap:.4f} or more below the reference" in prose
+
+
 def _glance_row(goal: str) -> str:
   """The row of docs/performance.md's "Issue 32 at a glance" whose goal cell is `goal`."""
   text = (REPO / "docs" / "performance.md").read_text()
