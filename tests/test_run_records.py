@@ -1290,36 +1290,44 @@ def test_the_384d_nfcorpus_runs_are_their_records():
   assert f"At 50 and 100 leaves it scores {by_leaves[50]:.4f} and {by_leaves[100]:.4f}" in prose
 
 
-def test_the_384d_nfcorpus_dev_run_with_reordering_is_its_record():
-  """"Reordering, on NFCorpus's dev split": its table holds the record's rows (the reference,
-  then one row per code layout and number reordered, the leaves searched joined by " / "), and
-  its verdicts hold: no setting within 0.002 of the reference (PyLate's settings), the best's
-  distance from it, and how far below it the settings whose ScaNN takes at most 4 ms all are."""
-  record = _record("scann_dev_nfcorpus_384_reorder")
-  assert (record["index"], record["split"]) == ("runs/nfc384/index", "dev")
-  reference, *rows = record["rows"]
+def test_the_384d_nfcorpus_dev_runs_with_reordering_are_their_records():
+  """"Reordering, on NFCorpus's dev split" and "Coarser codes, more leaves": their tables hold the
+  records' rows (the reference, then one row per code layout and number reordered, the leaves
+  searched joined by " / "), and their verdicts hold: with 3 or 4 dimensions per block no
+  setting is within 0.002 of the reference (PyLate's settings), how far below it the best is and
+  the settings whose ScaNN takes at most 4 ms all are; over both runs the dev rule (the fastest
+  setting within 0.002) picks 6 dimensions per block, 2,000 reordered, 75 leaves."""
+  first, coarse = (_record(f"scann_dev_nfcorpus_384_{name}") for name in ("reorder", "coarse"))
+  for record in first, coarse:
+    assert (record["index"], record["split"]) == ("runs/nfc384/index", "dev")
+  reference, *rows = first["rows"]
   assert (reference["spherical"], reference["num_leaves_built"], reference["dims_per_block"],
           reference["leaves_searched"]) == (True, 2000, 2, 200)
   groups = {("PyLate's: spherical, 2,000 leaves, 2", "none"): [reference]}
-  for row in rows:
+  for row in rows + coarse["rows"]:
     assert row["reorder_type"] == "int8" and row["num_leaves_built"] == 1689
     key = (f"1,689 leaves, {row['dims_per_block']}", f"int8, {row['reorder_k']:,}")
     groups.setdefault(key, []).append(row)
   section = _performance_bullet("**The 384-d model on NFCorpus")
   _check_settings_table(section, groups)
+  prose = " ".join(section.split())
   best = max(rows, key=lambda r: r["ndcg@10"])
   assert best["ndcg@10"] < reference["ndcg@10"] - 0.002
-  fast = [r for r in rows if r["scann_p50_ms"] <= 4]
-  gap = min(reference["ndcg@10"] - r["ndcg@10"] for r in fast)
-  prose = " ".join(section.split())
   tied = [r["scann_p50_ms"] for r in rows if f"{r['ndcg@10']:.4f}" == f"{best['ndcg@10']:.4f}"]
   assert (f"within 0.002 of the reference's {reference['ndcg@10']:.4f}: the best, "
           f"{best['ndcg@10']:.4f} ({reference['ndcg@10'] - best['ndcg@10']:.4f} below), takes "
           f"{min(tied):.1f}–{max(tied):.1f} ms of ScaNN") in prose
-  assert (f"best −{reference['ndcg@10'] - best['ndcg@10']:.4f}, with int8 reordering, at "
-          f"{reference['scann_p50_ms'] / min(tied):.1f}× less ScaNN time"
-         ) in _glance_row("384-d: ≥ 3× PyLate, faster than WARP, within 0.002")
+  gap = min(reference["ndcg@10"] - r["ndcg@10"] for r in rows if r["scann_p50_ms"] <= 4)
   assert f"takes at most 4 ms are {gap:.4f} or more below the reference" in prose
+  within = [r for r in rows + coarse["rows"] if r["ndcg@10"] >= reference["ndcg@10"] - 0.002]
+  assert len(within) == 5 and all(r["dims_per_block"] in (6, 8) for r in within)
+  chosen = min(within, key=lambda r: r["scann_p50_ms"])
+  assert (chosen["dims_per_block"], chosen["reorder_k"], chosen["leaves_searched"]) == (6, 2000, 75)
+  assert (
+      f"{chosen['ndcg@10']:.4f}, {reference['ndcg@10'] - chosen['ndcg@10']:.4f} below the "
+      f"reference, at {chosen['scann_p50_ms']:.1f} ms of ScaNN against its "
+      f"{reference['scann_p50_ms']:.1f} ({reference['scann_p50_ms'] / chosen['scann_p50_ms']:.1f}× "
+      "less)") in prose
 
 
 def _glance_row(goal: str) -> str:
