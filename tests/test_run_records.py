@@ -1330,6 +1330,43 @@ def test_the_384d_nfcorpus_dev_runs_with_reordering_are_their_records():
       "less)") in prose
 
 
+def test_the_384d_nfcorpus_dev_choice_on_the_test_queries_is_its_records():
+  """"The dev choice on the test queries": the three-build table and paired row of the dev
+  choice beside the same three PyLate indexes as `fastest_384.gin`'s run (linked: equal nDCG@10
+  build by build), the speed-ups per build and over them, the engines table with WARP, and the
+  verdict; the glance row and the README quote the same numbers."""
+  section = _performance_bullet("**The 384-d model on NFCorpus")
+  prose = " ".join(section.split())
+  results = _record("build_noise_nfcorpus_384_coarse")["results"]
+  earlier = _record("build_noise_nfcorpus_384")["results"]["builds"]
+  assert [b["pylate_xtr_k1000"]["ndcg@10"] for b in results["builds"]
+         ] == [b["pylate_xtr_k1000"]["ndcg@10"] for b in earlier]
+  _check_build_noise(results, "coarse", section, prose)
+  assert _paired_row("the dev choice (`coarse`)", results, "coarse") in section
+  _check_paired_means(results, "coarse", _record("exact_nfcorpus_384")["ndcg@10"])
+  speedup, difference = _over_builds("build_noise_nfcorpus_384_coarse", "coarse")
+  loss = results["paired"]["coarse - pylate_xtr_k1000"]["ci95"]
+  assert speedup < 3 and -0.002 < difference and loss[0] < -0.002 and loss[1] > 0
+  per_build = ", ".join(
+      f"{b['pylate_xtr_k1000']['p50_ms'] / b['coarse']['p50_ms']:.1f}×" for b in results["builds"])
+  assert f"the speed half misses, {per_build} build by build" in prose
+  rows = _check_engines_table(_record("engines_nfcorpus_384_coarse"), section)
+  ours, pylate, warp = rows["coarse"], rows["pylate_xtr_k1000"], rows["warp"]
+  assert ours["ndcg@10"] == results["builds"][0]["coarse"]["ndcg@10"]
+  assert (f"{pylate['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate and "
+          f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP, at nDCG@10 "
+          f"{ours['ndcg@10'] - pylate['ndcg@10']:+.4f} against PyLate's and "
+          f"{ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's".replace("-", "−")) in prose
+  fastest = _over_builds("build_noise_nfcorpus_384", "fastest_384")
+  assert (f"`fastest_384.gin` {fastest[0]:.1f}× faster at a resolved loss of {-fastest[1]:.4f}, "
+          f"the dev choice {speedup:.1f}× faster at {difference:.4f} (unresolved)".replace(
+              "-", "−")) in prose
+  glance = _glance_row("384-d: ≥ 3× PyLate, faster than WARP, within 0.002")
+  assert (f"{speedup:.1f}× PyLate at {difference:.4f} over three builds, "
+          f"{warp['p50_ms'] / ours['p50_ms']:.1f}× WARP in one run".replace("-", "−")) in glance
+  assert f"{speedup:.1f}× at {difference:.4f}".replace("-", "−") in _prose("README.md")
+
+
 def _glance_row(goal: str) -> str:
   """The row of docs/performance.md's "Issue 32 at a glance" whose goal cell is `goal`."""
   text = (REPO / "docs" / "performance.md").read_text()
