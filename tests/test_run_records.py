@@ -1359,6 +1359,21 @@ def test_the_384d_nfcorpus_dev_runs_with_reordering_are_their_records():
                                                                                   " %") in prose
 
 
+def _check_beside_linked_pylate(engine: str, label: str, section: str) -> dict:
+  """docs/runs/build_noise_nfcorpus_384_`engine`.json's results, checked: its PyLate indexes are
+  build_noise_nfcorpus_384's (linked: equal nDCG@10 build by build), and `section` holds its
+  three-build table, its paired row (labelled `label`) and its speed-up; each paired mean is the
+  difference of the means."""
+  results = _record(f"build_noise_nfcorpus_384_{engine}")["results"]
+  earlier = _record("build_noise_nfcorpus_384")["results"]["builds"]
+  assert [b["pylate_xtr_k1000"]["ndcg@10"] for b in results["builds"]
+         ] == [b["pylate_xtr_k1000"]["ndcg@10"] for b in earlier]
+  _check_build_noise(results, engine, section, " ".join(section.split()))
+  assert _paired_row(f"{label} (`{engine}`)", results, engine) in section
+  _check_paired_means(results, engine, _record("exact_nfcorpus_384")["ndcg@10"])
+  return results
+
+
 def test_the_384d_nfcorpus_dev_choice_on_the_test_queries_is_its_records():
   """"The dev choice on the test queries": the three-build table and paired row of the dev
   choice beside the same three PyLate indexes as `fastest_384.gin`'s run (linked: equal nDCG@10
@@ -1366,13 +1381,7 @@ def test_the_384d_nfcorpus_dev_choice_on_the_test_queries_is_its_records():
   verdict; the glance row and the README quote the same numbers."""
   section = _performance_bullet("**The 384-d model on NFCorpus")
   prose = " ".join(section.split())
-  results = _record("build_noise_nfcorpus_384_coarse")["results"]
-  earlier = _record("build_noise_nfcorpus_384")["results"]["builds"]
-  assert [b["pylate_xtr_k1000"]["ndcg@10"] for b in results["builds"]
-         ] == [b["pylate_xtr_k1000"]["ndcg@10"] for b in earlier]
-  _check_build_noise(results, "coarse", section, prose)
-  assert _paired_row("the dev choice (`coarse`)", results, "coarse") in section
-  _check_paired_means(results, "coarse", _record("exact_nfcorpus_384")["ndcg@10"])
+  results = _check_beside_linked_pylate("coarse", "the dev choice", section)
   speedup, difference = _over_builds("build_noise_nfcorpus_384_coarse", "coarse")
   loss = results["paired"]["coarse - pylate_xtr_k1000"]["ci95"]
   assert speedup < 3 and -0.002 < difference and loss[0] < -0.002 and loss[1] > 0
@@ -1395,12 +1404,7 @@ def test_the_384d_nfcorpus_dev_choice_on_the_test_queries_is_its_records():
           f"{warp['p50_ms'] / ours['p50_ms']:.1f}× WARP in one run".replace("-", "−")) in glance
   assert f"{speedup:.1f}× at {difference:.4f}".replace("-", "−") in _prose("README.md")
   # The third dev run's choice (1,500 reordered), three builds beside the same PyLate indexes.
-  results = _record("build_noise_nfcorpus_384_coarse1500")["results"]
-  assert [b["pylate_xtr_k1000"]["ndcg@10"] for b in results["builds"]
-         ] == [b["pylate_xtr_k1000"]["ndcg@10"] for b in earlier]
-  _check_build_noise(results, "coarse1500", section, prose)
-  assert _paired_row("the third dev choice (`coarse1500`)", results, "coarse1500") in section
-  _check_paired_means(results, "coarse1500", _record("exact_nfcorpus_384")["ndcg@10"])
+  results = _check_beside_linked_pylate("coarse1500", "the third dev choice", section)
   speedup, difference = _over_builds("build_noise_nfcorpus_384_coarse1500", "coarse1500")
   per_build = [
       b["pylate_xtr_k1000"]["p50_ms"] / b["coarse1500"]["p50_ms"] for b in results["builds"]
