@@ -135,15 +135,18 @@ def test_export_refuses_an_empty_corpus_before_writing_anything(tmp_path):
   assert not (tmp_path / "index").exists()
 
 
-def test_export_refuses_a_bad_scann_binding_before_encoding(exported, t5_spm_path, tmp_path):
+@pytest.mark.parametrize(
+    "binding, error", [("ScannConfig.reorder_type = 'int4'", "reorder_type = 'int4' is not one of"),
+                       ("ScannConfig.dims_per_block = 0", "dims_per_block = 0 is less than 1")])
+def test_export_refuses_a_bad_scann_binding_before_encoding(exported, t5_spm_path, tmp_path,
+                                                            binding, error):
   (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "a"}\n')
   process = run_tool("xtr.cli.export", "--gin_file=gin/models/t5_1_1_tiny.gin",
-                     f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
-                     "--gin_bindings=ScannConfig.reorder_type = 'int4'",
+                     f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'", f"--gin_bindings={binding}",
                      f"--corpus={tmp_path / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
                      f"--checkpoint={exported[0]}")
   assert process.returncode == 2
-  assert "ScannConfig.reorder_type = 'int4' is not one of" in process.stderr
+  assert f"ScannConfig.{error}" in process.stderr
   assert not (tmp_path / "index").exists()
 
 

@@ -26,11 +26,22 @@ from scann.scann_ops.py import scann_builder
 from scann.scann_ops.py import scann_ops_pybind
 
 from xtr import io
+from xtr import typecheck
 from xtr.index import files
 
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
 UPSERT_ROWS = 65536  # Tokens converted to float32 and added to ScaNN at a time.
 SAMPLE_PER_LEAF = 128  # Least training sample per partition with ScannConfig.leaf_size.
+_LEAST = {  # The least value of each integer field of ScannConfig.
+    "num_leaves": 1,
+    "leaf_size": 0,
+    "num_leaves_to_search": 1,
+    "training_sample_size": 1,
+    "sample_seed": 0,
+    "dims_per_block": 1,
+    "reorder_k": 0,
+    "training_threads": 0
+}
 _REORDER_TYPES = {
     "float32": scann_builder.ReorderType.FLOAT32,
     "bfloat16": scann_builder.ReorderType.BFLOAT16,
@@ -71,8 +82,9 @@ class ScannConfig:
     sample_seed: the seed of that sample. Each seed gives a reproducible build; builds from
       different seeds differ as independent k-means runs do (docs/performance.md, "Build noise,
       measured": how much nDCG@10 moves between them).
-    dims_per_block: dimensions per AH block: 1 (ScaNN codes of 128 bytes per 128-d token), 2 or
-      4 (64 or 32 bytes, faster and less accurate: docs/performance.md).
+    dims_per_block: dimensions per AH block, one code (a byte on disk) per block: 1 (ScaNN codes
+      of 128 bytes per 128-d token), 2, 3, 4, 6, ... (fewer bytes, faster and less accurate:
+      docs/performance.md; `gin/scann/fastest_384.gin` has 3, `compact_384.gin` 6).
     hash_type: "lut16" (16 centers per block, searched with in-register lookup tables) or
       "lut256" (256 centers per block: more accurate codes of the same size, slower lookups).
     anisotropic_quantization_threshold: AH score-aware quantization threshold (ScaNN's eta).
@@ -100,6 +112,13 @@ class ScannConfig:
   training_threads: int = 1
 
   def __post_init__(self):
+    typecheck.arguments(ScannConfig.__init__, dataclasses.asdict(self))
+    for name, least in _LEAST.items():
+      if getattr(self, name) < least:
+        raise ValueError(f"ScannConfig.{name} = {getattr(self, name)!r} is less than {least}")
+    if not (math.isfinite(self.leaves_factor) and self.leaves_factor > 0):
+      raise ValueError(f"ScannConfig.leaves_factor = {self.leaves_factor!r} is not a finite "
+                       "number > 0")
     for name, allowed in (("hash_type", ("lut16", "lut256")), ("reorder_type", _REORDER_TYPES)):
       if getattr(self, name) not in allowed:
         raise ValueError(f"ScannConfig.{name} = {getattr(self, name)!r} is not one of "
