@@ -1417,6 +1417,60 @@ def test_the_384d_nfcorpus_dev_choice_on_the_test_queries_is_its_records():
   assert f"then {speedup:.1f}× at {difference:.4f}".replace("-", "−") in _prose("README.md")
 
 
+def test_the_nfcorpus_dev_choice_on_scifact_is_its_records():
+  """"The third dev choice on SciFact": exact search over the demo model's SciFact index, the
+  three-build table and paired row of NFCorpus's third dev choice (the same gin file) beside
+  three PyLate builds, its speed-ups per build and over them, the engines table with WARP, and
+  the glance row and README quoting them."""
+  section = _performance_bullet("**The third dev choice on SciFact")
+  prose = " ".join(section.split())
+  exact = _record("exact_scifact_384")
+  assert (exact["num_queries"], exact["indexed_tokens"], exact["k_prime"]) == (300, 1_242_251, 1000)
+  assert exact["searcher"] == "bruteforce" and exact["checkpoint"] == "runs/demo/xtr/wise_ft_0.7"
+  assert f"Exact f_XTR' scores {exact['ndcg@10']:.4f}" in prose
+  record = _record("build_noise_384_coarse1500")
+  assert "--scann_gin=runs/sf384/noise_coarse1500/coarse1500.gin" in record["command"]
+  results = record["results"]
+  _check_build_noise(results, "coarse1500", section, prose)
+  assert _paired_row("the third dev choice (`coarse1500`)", results, "coarse1500") in section
+  _check_paired_means(results, "coarse1500", exact["ndcg@10"])
+  speedup, difference = _over_builds("build_noise_384_coarse1500", "coarse1500")
+  per_build = ", ".join(f"{b['pylate_xtr_k1000']['p50_ms'] / b['coarse1500']['p50_ms']:.1f}×"
+                        for b in results["builds"])
+  assert speedup >= 3 and -0.002 < difference
+  assert f"({per_build} build by build): both halves hold in the mean, the nDCG@10 half by " \
+      f"{difference + 0.002:.4f}" in prose
+  loss = results["paired"]["coarse1500 - pylate_xtr_k1000"]["ci95"]
+  assert loss[0] < -0.002 and loss[
+      1] > 0 and f"the interval is {loss[1] - loss[0]:.3f} wide" in prose
+  assert results["paired"]["coarse1500 - exact"]["ci95"][1] < 0
+  rows = _check_engines_table(_record("engines_384_coarse1500"), section)
+  ours, pylate, warp = rows["coarse1500"], rows["pylate_xtr_k1000"], rows["warp"]
+  assert ours["ndcg@10"] == results["builds"][0]["coarse1500"]["ndcg@10"]
+  assert (f"{pylate['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate and "
+          f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP, at nDCG@10 "
+          f"{ours['ndcg@10'] - pylate['ndcg@10']:+.4f} against PyLate's and "
+          f"{ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's".replace("-", "−")) in prose
+  # It ships as gin/scann/reorder_384.gin: the settings the runs built, and the dev choice's.
+  shipped = dataclasses.asdict(_scann_config("include 'gin/scann/reorder_384.gin'"))
+  assert {k: v for k, v in ours["settings"]["scann"].items() if k in shipped} == shipped
+  chosen = next(r for r in _record("scann_dev_nfcorpus_384_coarse1500")["rows"]
+                if (r["reorder_k"], r["leaves_searched"]) == (1500, 75))
+  assert (shipped["dims_per_block"], shipped["reorder_type"],
+          shipped["leaves_factor"]) == (chosen["dims_per_block"], chosen["reorder_type"], 1.8)
+  glance = _glance_row("384-d: ≥ 3× PyLate, faster than WARP, within 0.002")
+  assert (f"on SciFact, queries it was not chosen on: {speedup:.1f}× PyLate at {difference:.4f} "
+          f"over three builds, {pylate['p50_ms'] / ours['p50_ms']:.1f}× PyLate and "
+          f"{warp['p50_ms'] / ours['p50_ms']:.1f}× WARP at "
+          f"{ours['ndcg@10'] - pylate['ndcg@10']:.4f} in one run of build 0".replace("-",
+                                                                                     "−")) in glance
+  assert (f"is {speedup:.1f}× faster at {difference:.4f}".replace("-", "−") in _prose("README.md"))
+  assert (f"SciFact test, queries the choice never saw: {speedup:.1f}x faster per query at "
+          f"nDCG@10 {difference:.4f}" in " ".join(
+              line.lstrip("# ")
+              for line in (REPO / "gin/scann/reorder_384.gin").read_text().splitlines()))
+
+
 def _glance_row(goal: str) -> str:
   """The row of docs/performance.md's "Issue 32 at a glance" whose goal cell is `goal`."""
   text = (REPO / "docs" / "performance.md").read_text()
