@@ -1374,6 +1374,22 @@ def _check_beside_linked_pylate(engine: str, label: str, section: str) -> dict:
   return results
 
 
+def _check_build0_beside_peers(record: str, engine: str, results: dict,
+                               section: str) -> tuple[dict, dict, dict]:
+  """An engines record over build 0 of a build_noise run (`results`): its table in `section`,
+  and the speed-ups and nDCG@10 differences against PyLate and WARP in its prose; the rows of
+  `engine`, PyLate and WARP."""
+  rows = _check_engines_table(_record(record), section)
+  ours, pylate, warp = rows[engine], rows["pylate_xtr_k1000"], rows["warp"]
+  assert ours["ndcg@10"] == results["builds"][0][engine]["ndcg@10"]
+  assert (f"{pylate['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate and "
+          f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP, at nDCG@10 "
+          f"{ours['ndcg@10'] - pylate['ndcg@10']:+.4f} against PyLate's and "
+          f"{ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's".replace("-", "−")) in " ".join(
+              section.split())
+  return ours, pylate, warp
+
+
 def test_the_384d_nfcorpus_dev_choice_on_the_test_queries_is_its_records():
   """"The dev choice on the test queries": the three-build table and paired row of the dev
   choice beside the same three PyLate indexes as `fastest_384.gin`'s run (linked: equal nDCG@10
@@ -1388,13 +1404,8 @@ def test_the_384d_nfcorpus_dev_choice_on_the_test_queries_is_its_records():
   per_build = ", ".join(
       f"{b['pylate_xtr_k1000']['p50_ms'] / b['coarse']['p50_ms']:.1f}×" for b in results["builds"])
   assert f"the speed half misses, {per_build} build by build" in prose
-  rows = _check_engines_table(_record("engines_nfcorpus_384_coarse"), section)
-  ours, pylate, warp = rows["coarse"], rows["pylate_xtr_k1000"], rows["warp"]
-  assert ours["ndcg@10"] == results["builds"][0]["coarse"]["ndcg@10"]
-  assert (f"{pylate['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate and "
-          f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP, at nDCG@10 "
-          f"{ours['ndcg@10'] - pylate['ndcg@10']:+.4f} against PyLate's and "
-          f"{ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's".replace("-", "−")) in prose
+  ours, pylate, warp = _check_build0_beside_peers("engines_nfcorpus_384_coarse", "coarse", results,
+                                                  section)
   fastest = _over_builds("build_noise_nfcorpus_384", "fastest_384")
   assert (f"`fastest_384.gin` {fastest[0]:.1f}× faster at a resolved loss of {-fastest[1]:.4f}, "
           f"the dev choice {speedup:.1f}× faster at {difference:.4f} (unresolved)".replace(
@@ -1441,16 +1452,11 @@ def test_the_nfcorpus_dev_choice_on_scifact_is_its_records():
   assert f"({per_build} build by build): both halves hold in the mean, the nDCG@10 half by " \
       f"{difference + 0.002:.4f}" in prose
   loss = results["paired"]["coarse1500 - pylate_xtr_k1000"]["ci95"]
-  assert loss[0] < -0.002 and loss[
-      1] > 0 and f"the interval is {loss[1] - loss[0]:.3f} wide" in prose
+  assert loss[0] < -0.002 and loss[1] > 0
+  assert f"the interval is {loss[1] - loss[0]:.3f} wide" in prose
   assert results["paired"]["coarse1500 - exact"]["ci95"][1] < 0
-  rows = _check_engines_table(_record("engines_384_coarse1500"), section)
-  ours, pylate, warp = rows["coarse1500"], rows["pylate_xtr_k1000"], rows["warp"]
-  assert ours["ndcg@10"] == results["builds"][0]["coarse1500"]["ndcg@10"]
-  assert (f"{pylate['p50_ms'] / ours['p50_ms']:.1f}× faster than PyLate and "
-          f"{warp['p50_ms'] / ours['p50_ms']:.1f}× faster than WARP, at nDCG@10 "
-          f"{ours['ndcg@10'] - pylate['ndcg@10']:+.4f} against PyLate's and "
-          f"{ours['ndcg@10'] - warp['ndcg@10']:+.4f} against WARP's".replace("-", "−")) in prose
+  ours, pylate, warp = _check_build0_beside_peers("engines_384_coarse1500", "coarse1500", results,
+                                                  section)
   # It ships as gin/scann/reorder_384.gin: the settings the runs built, and the dev choice's.
   shipped = dataclasses.asdict(_scann_config("include 'gin/scann/reorder_384.gin'"))
   assert {k: v for k, v in ours["settings"]["scann"].items() if k in shipped} == shipped
