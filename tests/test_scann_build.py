@@ -146,39 +146,18 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
     scann.ScannConfig(reorder_type="int4")
 
 
-@pytest.mark.parametrize("binding", [{
-    "dims_per_block": 0
-}, {
-    "num_leaves_to_search": 0
-}, {
-    "num_leaves": 0
-}, {
-    "reorder_k": -5
-}, {
-    "sample_seed": -1
-}, {
-    "training_sample_size": 0
-}, {
-    "training_threads": -1
-}, {
-    "leaf_size": -1
-}, {
-    "reorder_k": 1.5
-}, {
-    "dims_per_block": True
-}, {
-    "leaves_factor": 0.0
-}, {
-    "leaves_factor": float("inf")
-}, {
-    "leaves_factor": "1.8"
-}])
-def test_a_scann_setting_out_of_range_is_refused_where_it_is_bound(binding):
-  """Each of these once failed only in ScaNN, after the corpus was encoded (a ZeroDivisionError
-  for no dimensions per block, a failed search for no leaves searched)."""
-  (name, value), = binding.items()
+@pytest.mark.parametrize("name, value", [("dims_per_block", 0), ("num_leaves_to_search", 0),
+                                         ("num_leaves", 0), ("reorder_k", -5), ("sample_seed", -1),
+                                         ("training_sample_size", 0), ("training_threads", -1),
+                                         ("leaf_size", -1), ("reorder_k", 1.5),
+                                         ("dims_per_block", True), ("leaves_factor", 0.0),
+                                         ("leaves_factor", float("inf")), ("leaves_factor", "1.8")])
+def test_a_scann_setting_out_of_range_is_refused_where_it_is_bound(name, value):
+  """Before, such a setting failed when the index was built, after the corpus was encoded, or
+  later (ScaNN's ZeroDivisionError for no dimensions per block, a failed search for no leaves
+  searched)."""
   with pytest.raises(ValueError, match=f"ScannConfig.{name} = {re.escape(repr(value))}[: ]"):
-    scann.ScannConfig(**binding)
+    scann.ScannConfig(**{name: value})
 
 
 def _centers(searcher, out_dir) -> np.ndarray:
