@@ -1460,6 +1460,12 @@ def test_the_nfcorpus_dev_choice_on_scifact_is_its_records():
   # It ships as gin/scann/reorder_384.gin: the settings the runs built, and the dev choice's.
   shipped = dataclasses.asdict(_scann_config("include 'gin/scann/reorder_384.gin'"))
   assert {k: v for k, v in ours["settings"]["scann"].items() if k in shipped} == shipped
+  built = _record("reorder_384_scifact")  # By xtr-export --from_index with the gin file.
+  assert (built["index"], built["searcher"], built["k_prime"]) == ("runs/sf384/index_reorder",
+                                                                   "scann", 1000)
+  assert built["ndcg@10"] == ours["ndcg@10"]
+  assert (f"build 0 again: nDCG@10 {ours['ndcg@10']:.4f}, with ScaNN's files at "
+          f"{built['scann_bytes'] / built['indexed_tokens']:.1f} bytes per token") in prose
   chosen = next(r for r in _record("scann_dev_nfcorpus_384_coarse1500")["rows"]
                 if (r["reorder_k"], r["leaves_searched"]) == (1500, 75))
   assert (shipped["dims_per_block"], shipped["reorder_type"],
