@@ -824,6 +824,29 @@ def _check_paired_means(results: dict, engine: str, exact: float) -> None:
     assert paired["mean"] == pytest.approx(means[a] - means[b], abs=1e-12), pair
 
 
+def _exact_search(name: str, checkpoint: str, num_queries: int, num_tokens: int,
+                  prose: str) -> float:
+  """docs/runs/`name`.json, an `xtr-eval-beir --searcher=bruteforce` record at k' = 1000 of
+  `checkpoint` over `num_tokens` tokens and `num_queries` queries, whose nDCG@10 `prose` quotes
+  ("Exact f_XTR' scores ..."); that nDCG@10."""
+  exact = _record(name)
+  assert (exact["num_queries"], exact["indexed_tokens"], exact["k_prime"]) == (num_queries,
+                                                                               num_tokens, 1000)
+  assert exact["searcher"] == "bruteforce" and exact["checkpoint"] == checkpoint
+  assert f"Exact f_XTR' scores {exact['ndcg@10']:.4f}" in prose
+  return exact["ndcg@10"]
+
+
+def _check_builds_and_pairs(results: dict, engine: str, label: str, section: str,
+                            exact: float) -> None:
+  """A build_noise run's `results` in `section`: its table of builds, its speed-up and mean
+  difference (`_check_build_noise`), and its paired row (labelled `label`) whose means are the
+  differences of the engines' means (exact search's: `exact`)."""
+  _check_build_noise(results, engine, section, " ".join(section.split()))
+  assert _paired_row(label, results, engine) in section
+  _check_paired_means(results, engine, exact)
+
+
 def test_the_paired_differences_on_scifact_are_their_records():
   """"Query by query": the three six-build runs searched again from their cached indexes found
   every build's nDCG@10 of their records; the table's differences and intervals are the new
@@ -900,8 +923,7 @@ def test_the_nfcorpus_runs_are_their_records():
   fastest.gin with the spherical tree, the settings of the run's gin file."""
   section = _performance_bullet("**A second corpus: NFCorpus")
   prose = " ".join(section.split())
-  exact = _record("exact_nfcorpus_128")
-  assert (exact["num_queries"], exact["indexed_tokens"], exact["k_prime"]) == (323, 879_639, 1000)
+  exact = _exact_search("exact_nfcorpus_128", "runs/demo128/xtr", 323, 879_639, prose)
   runs = {
       "fastest": ("build_noise_nfcorpus_128", "`fastest.gin`"),
       "fastest_spherical": ("build_noise_nfcorpus_128_spherical", "`fastest_spherical.gin`")
@@ -910,15 +932,11 @@ def test_the_nfcorpus_runs_are_their_records():
   pylate = [[b["pylate_xtr_k1000"]["ndcg@10"] for b in r["builds"]] for r in results.values()]
   assert pylate[0] == pylate[1]  # The same four PyLate indexes.
   for engine, (_, label) in runs.items():
-    _check_build_noise(results[engine], engine, section, prose)
-    assert _paired_row(label, results[engine], engine) in section
-    _check_paired_means(results[engine], engine, exact["ndcg@10"])
-  assert f"Exact f_XTR' scores {exact['ndcg@10']:.4f}" in prose
+    _check_builds_and_pairs(results[engine], engine, label, section, exact)
   below = results["fastest"]["paired"]["pylate_xtr_k1000 - exact"]
   assert below["ci95"][1] < 0
   assert f"PyLate's builds are {-below['mean']:.4f} below exact search" in prose
-  assert all(
-      b["pylate_xtr_k1000"]["ndcg@10"] < exact["ndcg@10"] for b in results["fastest"]["builds"])
+  assert all(b["pylate_xtr_k1000"]["ndcg@10"] < exact for b in results["fastest"]["builds"])
   speedup = {
       engine: r["pylate_xtr_k1000"]["p50_ms"]["mean"] / r[engine]["p50_ms"]["mean"]
       for engine, r in results.items()
@@ -941,7 +959,7 @@ def test_the_nfcorpus_runs_are_their_records():
   assert "| p50 ms | " + " | ".join(f"{r['p50_ms']:.1f}" for r in one_thread) + " |" in section
   assert one_thread[0]["ndcg@10"] == results["fastest_spherical"]["builds"][0]["fastest_spherical"][
       "ndcg@10"]
-  assert f"{exact['ndcg@10'] - one_thread[-1]['ndcg@10']:.4f} below exact search" in prose
+  assert f"{exact - one_thread[-1]['ndcg@10']:.4f} below exact search" in prose
   assert (f"(400 leaves, {one_thread[3]['p50_ms']:.1f} ms) it scores "
           f"{one_thread[3]['ndcg@10']:.4f}, where PyLate's build 0 scores "
           f"{results['fastest']['builds'][0]['pylate_xtr_k1000']['ndcg@10']:.4f}") in prose
@@ -1214,14 +1232,9 @@ def test_the_384d_nfcorpus_runs_are_their_records():
   nDCG@10, the speed-up and the verdict (a loss the queries resolve)."""
   section = _performance_bullet("**The 384-d model on NFCorpus")
   prose = " ".join(section.split())
-  exact = _record("exact_nfcorpus_384")
-  assert (exact["num_queries"], exact["indexed_tokens"], exact["k_prime"]) == (323, 879_639, 1000)
-  assert exact["searcher"] == "bruteforce" and exact["checkpoint"] == "runs/demo/xtr/wise_ft_0.7"
+  exact = _exact_search("exact_nfcorpus_384", "runs/demo/xtr/wise_ft_0.7", 323, 879_639, prose)
   results = _record("build_noise_nfcorpus_384")["results"]
-  _check_build_noise(results, "fastest_384", section, prose)
-  assert _paired_row("`fastest_384.gin`", results, "fastest_384") in section
-  _check_paired_means(results, "fastest_384", exact["ndcg@10"])
-  assert f"Exact f_XTR' scores {exact['ndcg@10']:.4f}" in prose
+  _check_builds_and_pairs(results, "fastest_384", "`fastest_384.gin`", section, exact)
   loss = results["paired"]["fastest_384 - pylate_xtr_k1000"]
   assert loss["ci95"][1] < 0 and "the queries resolve the loss" in prose
   assert all(
@@ -1253,7 +1266,7 @@ def test_the_384d_nfcorpus_runs_are_their_records():
   assert (f"within 0.002 of PyLate's {pylate['ndcg@10']:.4f} from 100 leaves "
           f"({within[0]['p50_ms']:.1f} ms, {pylate['p50_ms'] / within[0]['p50_ms']:.1f}× PyLate's "
           f"{pylate['p50_ms']:.1f} ms in the run above), "
-          f"{exact['ndcg@10'] - one_thread[-1]['ndcg@10']:.4f} below exact search") in prose
+          f"{exact - one_thread[-1]['ndcg@10']:.4f} below exact search") in prose
   # Finer codes (2 dimensions per block), one build beside build 0's PyLate index.
   dims2 = {r["engine"]: r for r in _record("engines_nfcorpus_384_dims2")["rows"]}
   assert dims2["pylate_xtr_k1000"]["ndcg@10"] == pylate["ndcg@10"]  # Build 0's PyLate index.
@@ -1368,9 +1381,8 @@ def _check_beside_linked_pylate(engine: str, label: str, section: str) -> dict:
   earlier = _record("build_noise_nfcorpus_384")["results"]["builds"]
   assert [b["pylate_xtr_k1000"]["ndcg@10"] for b in results["builds"]
          ] == [b["pylate_xtr_k1000"]["ndcg@10"] for b in earlier]
-  _check_build_noise(results, engine, section, " ".join(section.split()))
-  assert _paired_row(f"{label} (`{engine}`)", results, engine) in section
-  _check_paired_means(results, engine, _record("exact_nfcorpus_384")["ndcg@10"])
+  _check_builds_and_pairs(results, engine, f"{label} (`{engine}`)", section,
+                          _record("exact_nfcorpus_384")["ndcg@10"])
   return results
 
 
@@ -1435,16 +1447,12 @@ def test_the_nfcorpus_dev_choice_on_scifact_is_its_records():
   the glance row and README quoting them."""
   section = _performance_bullet("**The third dev choice on SciFact")
   prose = " ".join(section.split())
-  exact = _record("exact_scifact_384")
-  assert (exact["num_queries"], exact["indexed_tokens"], exact["k_prime"]) == (300, 1_242_251, 1000)
-  assert exact["searcher"] == "bruteforce" and exact["checkpoint"] == "runs/demo/xtr/wise_ft_0.7"
-  assert f"Exact f_XTR' scores {exact['ndcg@10']:.4f}" in prose
+  exact = _exact_search("exact_scifact_384", "runs/demo/xtr/wise_ft_0.7", 300, 1_242_251, prose)
   record = _record("build_noise_384_coarse1500")
   assert "--scann_gin=runs/sf384/noise_coarse1500/coarse1500.gin" in record["command"]
   results = record["results"]
-  _check_build_noise(results, "coarse1500", section, prose)
-  assert _paired_row("the third dev choice (`coarse1500`)", results, "coarse1500") in section
-  _check_paired_means(results, "coarse1500", exact["ndcg@10"])
+  _check_builds_and_pairs(results, "coarse1500", "the third dev choice (`coarse1500`)", section,
+                          exact)
   speedup, difference = _over_builds("build_noise_384_coarse1500", "coarse1500")
   per_build = ", ".join(f"{b['pylate_xtr_k1000']['p50_ms'] / b['coarse1500']['p50_ms']:.1f}×"
                         for b in results["builds"])
