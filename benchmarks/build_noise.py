@@ -25,6 +25,7 @@ import pathlib
 import subprocess
 import sys
 
+import dump_vectors  # benchmarks/, beside this script.
 import numpy as np
 
 from xtr import io
@@ -76,18 +77,18 @@ def paired(a: dict[str, float], b: dict[str, float]) -> dict:
   }
 
 
-def read_exact(parser: argparse.ArgumentParser, path: str) -> dict[str, float]:
-  """{query id: nDCG@10} of xtr-eval-beir's metrics at `path` (the test split, as engines.py
-  evaluates); anything else is a usage error (exit 2) before any build runs."""
+def read_exact(parser: argparse.ArgumentParser, path: str, split: str) -> dict[str, float]:
+  """{query id: nDCG@10} of xtr-eval-beir's metrics at `path` on `split` (the dump's, which
+  engines.py evaluates); anything else is a usage error (exit 2) before any build runs."""
   try:
     with open(path, encoding="utf-8") as f:
       metrics = json.load(f)
     per_query = {query_id: values["ndcg@10"] for query_id, values in metrics["per_query"].items()}
-    split = metrics["split"]
+    metrics_split = metrics["split"]
   except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
     parser.error(f"--exact={path}: not xtr-eval-beir's metrics with nDCG@10 per query ({e!r})")
-  if split != "test":
-    parser.error(f"--exact={path}: split {split!r}; engines.py evaluates the test split")
+  if metrics_split != split:
+    parser.error(f"--exact={path}: split {metrics_split!r}; the vectors' queries are {split}'s")
   return per_query
 
 
@@ -100,7 +101,11 @@ def main() -> None:
   parser.add_argument("--exact", help="xtr-eval-beir's metrics (JSON) of exact search")
   parser.add_argument("--record", help="write the results to this run record (JSON)")
   args = parser.parse_args()
-  exact = read_exact(parser, args.exact) if args.exact else None
+  try:
+    split = dump_vectors.split_of(args.vectors)
+  except (OSError, ValueError, AttributeError) as e:
+    parser.error(f"{args.vectors}: not benchmarks/dump_vectors.py's dump ({e!r})")
+  exact = read_exact(parser, args.exact, split) if args.exact else None
   run_record.mark_start()
   os.makedirs(args.out, exist_ok=True)
   name = pathlib.Path(args.scann_gin).stem
@@ -128,7 +133,7 @@ def main() -> None:
   }
   print(json.dumps({k: v for k, v in results.items() if k != "builds"}, indent=2))
   if args.record:
-    io.write_results(args.record, run_record.record(results, [args.data_dir], "test"))
+    io.write_results(args.record, run_record.record(results, [args.data_dir], split))
 
 
 if __name__ == "__main__":

@@ -1,18 +1,20 @@
-"""Dumps an index's document token vectors and the test queries' token vectors, for engines
+"""Dumps an index's document token vectors and a split's queries' token vectors, for engines
 outside this project (benchmarks/engines.py) to search exactly the vectors xtr searches.
 
-  .venv/bin/python benchmarks/dump_vectors.py INDEX_DIR CHECKPOINT DATA_DIR OUT_DIR
+  .venv/bin/python benchmarks/dump_vectors.py INDEX_DIR CHECKPOINT DATA_DIR OUT_DIR [SPLIT]
+
+SPLIT is the BEIR split whose queries are encoded (default test); engines.py evaluates it.
 
 Writes to OUT_DIR:
   doc_vectors.npy    [T, D] the index's token vectors, in its dtype (float16 or float32), docs
                      in index order, each doc's tokens contiguous;
   doc_lengths.npy    [N] int64 tokens per doc;
   doc_ids.json       [N] corpus ids;
-  query_vectors.npy  [Q, n, D] float32 test queries encoded by CHECKPOINT's model (as xtr-search
-                     encodes them);
+  query_vectors.npy  [Q, n, D] float32 the split's queries encoded by CHECKPOINT's model (as
+                     xtr-search encodes them);
   query_mask.npy     [Q, n] bool valid query tokens;
   query_ids.json     [Q] query ids (the qrels' order);
-  source.json        the arguments, the index's dtype and ScaNN settings.
+  source.json        the arguments (the split among them), the index's dtype and ScaNN settings.
 """
 import json
 import os
@@ -36,9 +38,16 @@ def write_rest(out_dir: str, doc_lengths: np.ndarray, doc_ids: list[str], q: np.
       json.dump(value, f)
 
 
-def main(index_dir: str, checkpoint: str, data_dir: str, out_dir: str) -> None:
+def split_of(vectors_dir: str) -> str:
+  """The split whose queries a dump at `vectors_dir` holds ("test" for dumps older than the
+  field)."""
+  with open(os.path.join(vectors_dir, "source.json"), encoding="utf-8") as f:
+    return json.load(f).get("split", "test")
+
+
+def main(index_dir: str, checkpoint: str, data_dir: str, out_dir: str, split: str = "test") -> None:
   encoder, token_index = searcher.open_for_search(index_dir, checkpoint)
-  data = beir_eval.load_beir(data_dir, "test")
+  data = beir_eval.load_beir(data_dir, split)
   os.makedirs(out_dir, exist_ok=True)
   dtype = token_index.manifest["dtype"]
   vectors = np.lib.format.open_memmap(os.path.join(out_dir, "doc_vectors.npy"), "w+", dtype,
@@ -55,11 +64,12 @@ def main(index_dir: str, checkpoint: str, data_dir: str, out_dir: str) -> None:
           "index": index_dir,
           "checkpoint": checkpoint,
           "data_dir": data_dir,
+          "split": split,
           "dtype": dtype,
           "scann": token_index.manifest["scann"]
       })
-  print(f"{out_dir}: {token_index.num_docs} docs, {start} tokens ({dtype}), {len(q)} queries of "
-        f"{int(q_mask.sum(1).mean())} tokens on average.")
+  print(f"{out_dir}: {token_index.num_docs} docs, {start} tokens ({dtype}), {len(q)} {split} "
+        f"queries of {int(q_mask.sum(1).mean())} tokens on average.")
 
 
 if __name__ == "__main__":

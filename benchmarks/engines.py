@@ -20,7 +20,8 @@ index once into --cache (the build's time and CPU are recorded then; the worker 
 after a build, so that its peak RSS is loading and searching only) or loads it, then answers one
 untimed warm-up round; then the rounds run interleaved, A B C … A B C …. The first timed round's
 top 100 give nDCG@10 (mean and per query) and Recall@100 (`xtr.evaluation.beir_eval.evaluate`
-against DATA_DIR's test qrels); latencies are every query's ms in every round: median, p95, and
+against DATA_DIR's qrels of the dump's split, test unless dump_vectors.py was given another);
+latencies are every query's ms in every round: median, p95, and
 queries/s = 1000 / mean; "cores busy" is the worker's CPU time over its wall time in the rounds
 (a check of the pinning). Peak RSS is each worker's VmHWM at its end (not ru_maxrss, which keeps
 the driver's size from before the worker's exec); every worker runs with MALLOC_ARENA_MAX=2, as
@@ -36,6 +37,7 @@ import signal
 import subprocess
 import sys
 
+import dump_vectors  # benchmarks/, beside this script.
 import gin
 import numpy as np
 
@@ -286,7 +288,7 @@ def table(rows: list[dict]) -> list[str]:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("vectors", help="benchmarks/dump_vectors.py's OUT_DIR")
-  parser.add_argument("data_dir", help="the BEIR dataset (test qrels)")
+  parser.add_argument("data_dir", help="the BEIR dataset (the qrels of the dump's split)")
   parser.add_argument("out", help="OUT_PREFIX of the .json and .md written")
   parser.add_argument("--threads", default="1,2")
   parser.add_argument("--rounds", type=int, default=3)
@@ -308,7 +310,7 @@ def main() -> None:
     source = json.load(f)
   with open(os.path.join(args.vectors, "query_ids.json"), encoding="utf-8") as f:
     query_ids = json.load(f)[:args.queries or None]
-  beir = beir_eval.load_beir(args.data_dir, "test")
+  beir = beir_eval.load_beir(args.data_dir, dump_vectors.split_of(args.vectors))
   data = argparse.Namespace(query_ids=query_ids, qrels={q: beir.qrels[q] for q in query_ids})
   num_tokens = int(np.load(os.path.join(args.vectors, "doc_lengths.npy")).sum())
   scanns = {"xtr": (None, source["scann"])}

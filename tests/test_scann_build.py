@@ -6,6 +6,7 @@ import importlib.util
 import math
 import pathlib
 import re
+import sys
 import tracemalloc
 
 import gin
@@ -199,10 +200,11 @@ def test_a_spherical_tree_ranks_wide_leaves_by_cosine(tmp_path):
 
 
 def _benchmark(name: str):
-  """benchmarks/{name}.py as a module."""
-  spec = importlib.util.spec_from_file_location(
-      name,
-      pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+  """benchmarks/{name}.py as a module (benchmarks/ on the path, as when it runs as a script)."""
+  benchmarks = str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks")
+  if benchmarks not in sys.path:
+    sys.path.append(benchmarks)
+  spec = importlib.util.spec_from_file_location(name, pathlib.Path(benchmarks) / f"{name}.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -317,24 +319,43 @@ def test_build_noise_pairs_the_engines_query_by_query_over_the_builds():
     build_noise.paired(a, {q: a[q] for q in queries[1:]})
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "not xtr-eval-beir's metrics"),
-    ('{"per_query": {"q1": {"ndcg@10": 0.5}}}', "not xtr-eval-beir's metrics"),
-    ('{"per_query": {"q1": {"ndcg@10": 0.5}}, "split": "dev"}', "split 'dev'"),
-])
+@pytest.mark.parametrize(
+    "source, content, message",
+    [
+        ('{"split": "test"}', "{not json", "--exact={exact}: not xtr-eval-beir's metrics"),
+        ('{"split": "test"}', '{"per_query": {"q1": {"ndcg@10": 0.5}}}',
+         "--exact={exact}: not xtr-eval-beir's metrics"),
+        ('{"split": "test"}', '{"per_query": {"q1": {"ndcg@10": 0.5}}, "split": "dev"}',
+         "--exact={exact}: split 'dev'; the vectors' queries are test's"),
+        ('{}', '{"per_query": {"q1": {"ndcg@10": 0.5}}, "split": "train"}',
+         "--exact={exact}: split 'train'; the vectors' queries are test's"),  # A dump before SPLIT.
+        ('{"split": "train"}', '{"per_query": {"q1": {"ndcg@10": 0.5}}, "split": "test"}',
+         "--exact={exact}: split 'test'; the vectors' queries are train's"),
+        (None, '{"per_query": {"q1": {"ndcg@10": 0.5}}, "split": "test"}',
+         "{vectors}: not benchmarks/dump_vectors.py's dump"),
+        ("[1]", '{"per_query": {"q1": {"ndcg@10": 0.5}}, "split": "test"}',
+         "{vectors}: not benchmarks/dump_vectors.py's dump"),
+    ])
 def test_build_noise_refuses_a_bad_exact_record_before_any_build(tmp_path, monkeypatch, capsys,
-                                                                 content, message):
-  """A --exact file that is not xtr-eval-beir's test-split metrics: an error naming the flag and
-  file, exit 2, and no build run."""
+                                                                 source, content, message):
+  """A --exact file that is not xtr-eval-beir's metrics on the split of the vectors' queries
+  (dump_vectors.py's source.json; test if it names none), or vectors without a source.json: an
+  error naming the flag or directory and file, exit 2, and no build run."""
   build_noise = _benchmark("build_noise")
+  vectors = tmp_path / "vectors"
+  vectors.mkdir()
+  if source is not None:
+    (vectors / "source.json").write_text(source)
   exact = tmp_path / "exact.json"
   exact.write_text(content)
   monkeypatch.setattr(build_noise, "run_build", lambda *a: pytest.fail("a build ran"))
   monkeypatch.setattr(
-      "sys.argv", ["build_noise.py", "vectors", "data",
-                   str(tmp_path / "out"), f"--exact={exact}"])
+      "sys.argv",
+      ["build_noise.py",
+       str(vectors), "data",
+       str(tmp_path / "out"), f"--exact={exact}"])
   with pytest.raises(SystemExit) as exit_:
     build_noise.main()
   assert exit_.value.code == 2
-  assert f"--exact={exact}: {message}" in capsys.readouterr().err
+  assert message.format(exact=exact, vectors=vectors) in capsys.readouterr().err
   assert not (tmp_path / "out").exists()
