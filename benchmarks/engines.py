@@ -20,12 +20,12 @@ index once into --cache (the build's time and CPU are recorded then; the worker 
 after a build, so that its peak RSS is loading and searching only) or loads it, then answers one
 untimed warm-up round; then the rounds run interleaved, A B C … A B C …. The first timed round's
 top 100 give nDCG@10 (mean and per query) and Recall@100 (`xtr.evaluation.beir_eval.evaluate`
-against DATA_DIR's qrels of the dump's split, test unless dump_vectors.py was given another);
-latencies are every query's ms in every round: median, p95, and
-queries/s = 1000 / mean; "cores busy" is the worker's CPU time over its wall time in the rounds
-(a check of the pinning). Peak RSS is each worker's VmHWM at its end (not ru_maxrss, which keeps
-the driver's size from before the worker's exec); every worker runs with MALLOC_ARENA_MAX=2, as
-the xtr CLIs do. An engine that does not run gets a row saying exactly why.
+against DATA_DIR's qrels of the dump's split: test unless dump_vectors.py was given another);
+latencies are every query's ms in every round: median, p95, and queries/s = 1000 / mean; "cores
+busy" is the worker's CPU time over its wall time in the rounds (a check of the pinning). Peak
+RSS is each worker's VmHWM at its end (not ru_maxrss, which keeps the driver's size from before
+the worker's exec); every worker runs with MALLOC_ARENA_MAX=2, as the xtr CLIs do. An engine
+that does not run gets a row saying exactly why.
 
 Writes OUT_PREFIX.json and OUT_PREFIX.md (one table per thread count); workers' stderr goes to
 OUT_PREFIX.logs/. Smoke run: --queries=20 --rounds=1.
