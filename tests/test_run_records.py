@@ -1541,6 +1541,48 @@ def test_the_nfcorpus_train_queries_are_their_records():
           f"{difference:.4f}, a loss".replace("-", "−") in _prose("README.md"))
 
 
+def test_the_128d_recipe_on_nfcorpus_train_queries_is_its_records():
+  """"The 128-d recipe on NFCorpus's train queries": the retrained model's exact search on both
+  splits (its test split's equal to the earlier model's), the four-build tables and paired rows
+  of `fastest_spherical.gin` on the train and the test queries, their speed-ups and verdicts, the
+  engines run with WARP, and the glance row quoting them."""
+  section = _performance_bullet("**The 128-d recipe on NFCorpus's train queries")
+  prose = " ".join(section.split())
+  exact = _exact_search("exact_nfcorpus_128_train", "runs/demo128/xtr", 2590, 879_639, prose)
+  retrained = _record("exact_nfcorpus_128_retrained")
+  assert (retrained["split"], retrained["num_queries"]) == ("test", 323)
+  earlier = _record("exact_nfcorpus_128")
+  assert retrained["fingerprint"] != earlier["fingerprint"]
+  assert f"{retrained['fingerprint']} against {earlier['fingerprint']}" in prose
+  assert f"scores the test split's {earlier['ndcg@10']:.4f} again" in prose
+  assert round(retrained["ndcg@10"], 4) == round(earlier["ndcg@10"], 4)
+  engine = "fastest_spherical"
+  runs = {}
+  for split, name, exact_ndcg in (("train", "train", exact), ("test", "retrained",
+                                                              retrained["ndcg@10"])):
+    record = _record(f"build_noise_nfcorpus_128_{name}")
+    assert any(path.endswith(f"qrels/{split}.tsv") for path in record["data_sha256"])
+    _check_builds_and_pairs(record["results"], engine, f"`fastest_spherical.gin`, {split} queries",
+                            section, exact_ndcg)
+    runs[split] = record["results"]
+  speedup, difference = _over_builds("build_noise_nfcorpus_128_train", engine)
+  assert speedup >= 3 and difference > -0.002
+  per_build = ", ".join(f"{b['pylate_xtr_k1000']['p50_ms'] / b[engine]['p50_ms']:.1f}×"
+                        for b in runs["train"]["builds"])
+  assert f"({speedup:.2f}×; {per_build} build by build)" in prose
+  loss = runs["train"]["paired"][f"{engine} - pylate_xtr_k1000"]["ci95"]
+  assert loss[0] < -0.002 < loss[1] < 0
+  assert f"the interval, {loss[1] - loss[0]:.4f} wide, ends below 0" in prose
+  test_speedup, test_difference = _over_builds("build_noise_nfcorpus_128_retrained", engine)
+  assert test_speedup < 3 and test_difference < -0.002
+  _check_build0_beside_peers("engines_nfcorpus_128_train", engine, runs["train"], section)
+  glance = _glance_row("128-d: the same goal")
+  assert (f"NFCorpus's 2,590 train queries: {speedup:.2f}× PyLate at {difference:.4f} over four "
+          f"builds".replace("-", "−")) in glance
+  assert f"its test queries: {test_speedup:.1f}× at {test_difference:.4f}".replace("-",
+                                                                                   "−") in glance
+
+
 def _glance_row(goal: str) -> str:
   """The row of docs/performance.md's "Issue 32 at a glance" whose goal cell is `goal`."""
   text = (REPO / "docs" / "performance.md").read_text()
