@@ -102,8 +102,8 @@ def main() -> None:
   parser.add_argument("--record", help="write the results to this run record (JSON)")
   args = parser.parse_args()
   try:
-    split = dump_vectors.split_of(args.vectors)
-  except (OSError, ValueError, AttributeError) as e:
+    split = dump_vectors.read_source(args.vectors)["split"]
+  except (OSError, ValueError, TypeError) as e:
     parser.error(f"{args.vectors}: not benchmarks/dump_vectors.py's dump ({e!r})")
   exact = read_exact(parser, args.exact, split) if args.exact else None
   run_record.mark_start()

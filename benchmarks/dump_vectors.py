@@ -38,11 +38,10 @@ def write_rest(out_dir: str, doc_lengths: np.ndarray, doc_ids: list[str], q: np.
       json.dump(value, f)
 
 
-def split_of(vectors_dir: str) -> str:
-  """The split whose queries a dump at `vectors_dir` holds ("test" for dumps older than the
-  field)."""
+def read_source(vectors_dir: str) -> dict:
+  """source.json of the dump at `vectors_dir`; its "split" is "test" in dumps older than it."""
   with open(os.path.join(vectors_dir, "source.json"), encoding="utf-8") as f:
-    return json.load(f).get("split", "test")
+    return {"split": "test", **json.load(f)}
 
 
 def main(index_dir: str, checkpoint: str, data_dir: str, out_dir: str, split: str = "test") -> None:

@@ -306,11 +306,10 @@ def main() -> None:
   args.cache = args.cache or os.path.join(args.vectors, "indexes")
   for name in ("vectors", "cache", "out"):
     setattr(args, name, os.path.abspath(getattr(args, name)))
-  with open(os.path.join(args.vectors, "source.json"), encoding="utf-8") as f:
-    source = json.load(f)
+  source = dump_vectors.read_source(args.vectors)
   with open(os.path.join(args.vectors, "query_ids.json"), encoding="utf-8") as f:
     query_ids = json.load(f)[:args.queries or None]
-  beir = beir_eval.load_beir(args.data_dir, dump_vectors.split_of(args.vectors))
+  beir = beir_eval.load_beir(args.data_dir, source["split"])
   data = argparse.Namespace(query_ids=query_ids, qrels={q: beir.qrels[q] for q in query_ids})
   num_tokens = int(np.load(os.path.join(args.vectors, "doc_lengths.npy")).sum())
   scanns = {"xtr": (None, source["scann"])}
