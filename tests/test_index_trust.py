@@ -114,6 +114,21 @@ def test_malformed_manifests_are_refused_naming_the_field(tmp_path, problem, edi
     reader.open_index(str(path))
 
 
+def test_json_nested_too_deeply_to_parse_is_a_damaged_file_not_a_crash(tmp_path):
+  """Python's JSON parser recurses: 100,000 nested lists raise RecursionError, which reaches the
+  user as the damaged manifest's name; the verification record, a cache, is verified again."""
+  path = _index(tmp_path / "index")
+  nested = "[" * 100_000 + "]" * 100_000
+  (path / verify.RECORD).write_text(nested)
+  index = reader.open_index(str(path), verify="fast")
+  np.testing.assert_array_equal(
+      index.search(QUERIES, 5)[1],
+      reader.open_index(str(path)).search(QUERIES, 5)[1])
+  (path / files.MANIFEST).write_text(nested)
+  with pytest.raises(files.DamagedIndexError, match=f"{files.MANIFEST} is not valid JSON"):
+    reader.open_index(str(path))
+
+
 def test_an_index_of_the_old_format_is_refused_with_how_to_reexport(tmp_path):
   path = _index(tmp_path / "index")
   _edit_manifest(path, lambda m: m.update(format=1))

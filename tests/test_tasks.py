@@ -228,6 +228,7 @@ def test_beir_small_dir_reads_as_beir_does(tmp_path):
      ":2: field 'text' is missing or not a string"),
     ("queries.jsonl", _CORPUS, _QUERIES.replace("first?", " "), _QRELS, ":1: empty field 'text'"),
     ("queries.jsonl", _CORPUS, "[1, 2]\n", _QRELS, ":1: expected a JSON object"),
+    ("queries.jsonl", _CORPUS, "[" * 100_000 + "\n", _QRELS, ":1: JSON nested too deeply"),
     ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
         "q2\td3", "q2\td9"), ":3: corpus-id 'd9' is not in corpus.jsonl"),
     ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(

@@ -91,6 +91,8 @@ def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[s
       record = json.loads(line)
     except json.JSONDecodeError as e:
       raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
+    except RecursionError:
+      raise ValueError(f"{where}: JSON nested too deeply to parse") from None
     if not isinstance(record, dict):
       raise ValueError(f"{where}: expected a JSON object")
     for field in ("_id", "text") + (("title",) if "title" in record else ()):

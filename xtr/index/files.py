@@ -134,20 +134,21 @@ def write_npy(path: str, array: np.ndarray) -> None:
 
 def read_json(path: str) -> Any:
   """The JSON value in the regular file `path`; a ValueError naming the file if it is not valid
-  JSON (`io.UnsafeFileError` if it is a symlink, FIFO, ...)."""
+  JSON, or nested too deeply to parse (`io.UnsafeFileError` if it is a symlink, FIFO, ...)."""
   with io.open_regular(path) as f:
     try:
       return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
       raise DamagedIndexError(
           f"{path} is not valid JSON ({e}): the token index is damaged.") from None
 
 
 def json_line(line: bytes, path: str, line_number: int) -> Any:
-  """One line of a .jsonl file; a ValueError naming the file and line if it is not JSON."""
+  """One line of a .jsonl file; a ValueError naming the file and line if it is not JSON (or
+  nested too deeply to parse)."""
   try:
     return json.loads(line)
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+  except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
     raise DamagedIndexError(f"{path}:{line_number}: not valid JSON ({e}): the token index is "
                             "damaged.") from None
 

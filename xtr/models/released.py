@@ -102,7 +102,7 @@ def _read_json(path: str) -> dict:
   try:
     with open(path, "rb") as f:
       value = json.load(f)
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+  except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
     raise ValueError(f"{path} is not valid JSON ({e}).") from None
   if not isinstance(value, dict):
     raise ValueError(f"{path} must hold a JSON object, not {type(value).__name__}.")

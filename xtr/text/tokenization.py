@@ -77,7 +77,7 @@ def _uncased_wordpiece_vocab(path: str, text: str) -> dict[str, int]:
     uncased = (model["type"] == "WordPiece" and normalizer.get("type") == "BertNormalizer" and
                normalizer.get("lowercase") and normalizer.get("strip_accents") is not False)
     typed = all(isinstance(t, str) and typecheck.matches(i, int) for t, i in vocab.items())
-  except (ValueError, KeyError, TypeError, AttributeError):
+  except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
     uncased = typed = False
   if not (uncased and typed):
     raise ValueError(f"{path} is not an uncased BERT WordPiece tokenizer.json.")
