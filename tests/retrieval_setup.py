@@ -65,14 +65,16 @@ def random_checkpoint(model_dir: pathlib.Path, seed: int, t5_spm_path, *bindings
   checkpointer.close()
 
 
-def run_tool(module: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+def run_tool(module: str, *args: str, stdin: str = "",
+             timeout: float | None = None) -> subprocess.CompletedProcess:
   """Runs the console script of `module` as installed (argv[0] is not the module), on one CPU
-  device, with the log settings of a user's shell (not conftest's TF_CPP_MIN_LOG_LEVEL)."""
+  device, with the log settings of a user's shell (not conftest's TF_CPP_MIN_LOG_LEVEL); a tool
+  that outlives `timeout` seconds is killed and fails the test."""
   code = (f"import sys; sys.argv = ['xtr-tool', *sys.argv[1:]]; import {module}; "
           f"{module}.console_entry_point()")
   env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
   return subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True,
-                        text=True, cwd=REPO, env={
+                        text=True, cwd=REPO, timeout=timeout, env={
                             **env, "XLA_FLAGS": ""
                         })
 

@@ -1,6 +1,7 @@
 """The command-line tools: --help, errors that point at their cause, and hostile indexes."""
 import io
 import json
+import os
 import re
 import shutil
 import sys
@@ -132,6 +133,19 @@ def test_export_refuses_an_empty_corpus_before_writing_anything(tmp_path):
                      "--checkpoint=/no/such/checkpoint")
   assert process.returncode != 0
   assert "has 0 documents: nothing for shard 0 of 1 to export" in process.stderr
+  assert not (tmp_path / "index").exists()
+
+
+def test_export_refuses_a_corpus_in_a_pipe_before_reading_it(tmp_path):
+  """A corpus is read twice (its sha256 is recorded): from a pipe the second read would wait
+  forever."""
+  os.mkfifo(tmp_path / "corpus.jsonl")
+  process = run_tool("xtr.cli.export", "--gin_file=gin/models/t5_1_1_tiny.gin",
+                     f"--corpus={tmp_path / 'corpus.jsonl'}", f"--out={tmp_path / 'index'}",
+                     "--checkpoint=/no/such/checkpoint", timeout=120)
+  assert process.returncode == 2 and process.stderr.strip().endswith(
+      f"--corpus={tmp_path / 'corpus.jsonl'} is not a regular file: xtr reads it twice (once for "
+      "its sha256, which the index records); write it to a file first."), process.stderr
   assert not (tmp_path / "index").exists()
 
 

@@ -68,7 +68,8 @@ def _export(path, table, doc_ids, prune_doc=None):
 
 
 def _update(path, table, added, deleted):
-  return update.update(str(path), TableEncoder(table), (added, added), deleted, {"test": True})
+  return update.update(str(path), lambda: TableEncoder(table), (added, added), deleted,
+                       {"test": True})
 
 
 def _retrieved(index_dir, queries, k, searcher):
@@ -158,14 +159,20 @@ def test_refused_updates_change_nothing(tmp_path):
   table, doc_ids, added, deleted = _corpora()
   _export(tmp_path / "index", table, doc_ids)
   before = _files(tmp_path / "index")
-  for args, message in (((added, ["doc-1", "nope"]), r"id 2 to delete, 'nope', is not a document"),
-                        ((["doc-9"], []), r"'doc-9' is already in the index"),
-                        ((["new-1", "new-1"], []), r"'new-1' is already in the index")):
+  with_tokens = [d for d in doc_ids if len(table[d][0])]  # Six of the 40 documents are empty.
+  for args, message in (((added, ["doc-1", "nope"]), r"to delete:2: 'nope' is not a document"),
+                        ((["doc-9"], []),
+                         r"to add:1: the document 'doc-9' is already in the index"),
+                        ((["new-1", "new-1"], []), r"to add:2: the document 'new-1' is already"),
+                        (([], with_tokens), r"would leave .* no token to retrieve")):
     with pytest.raises(ValueError, match=message):
       _update(tmp_path / "index", table, *args)
   with pytest.raises(ValueError, match="another checkpoint"):
-    update.update(str(tmp_path / "index"), TableEncoder(table, fingerprint="other"), (added, added),
-                  [], {})
+    update.update(str(tmp_path / "index"), lambda: TableEncoder(table, fingerprint="other"),
+                  (added, added), [], {})
+  with pytest.raises(ValueError, match=r"the ids to delete:1: 'nope'"):  # Before any model loads.
+    update.update(str(tmp_path / "index"), lambda: pytest.fail("the encoder was loaded"),
+                  (added, added), ["nope"], {})
   assert _files(tmp_path / "index") == before
   _update(tmp_path / "index", table, [], deleted)
   for repair in (False, True):  # an export into it, or a repair of it
@@ -174,7 +181,7 @@ def test_refused_updates_change_nothing(tmp_path):
                                _corpus(len(doc_ids)), repair=repair)
   with pytest.raises(ValueError, match=r"would delete every document"):
     _update(tmp_path / "index", table, [], [d for d in doc_ids if d not in deleted])
-  with pytest.raises(ValueError, match=r"'doc-0', is not a document"):  # deleted already
+  with pytest.raises(ValueError, match=r"'doc-0' is not a document"):  # deleted already
     _update(tmp_path / "index", table, [], ["doc-0"])
 
 
@@ -271,6 +278,20 @@ def test_a_kill_at_any_point_leaves_the_old_or_the_new_index(tmp_path):
   assert False in outcomes and True in outcomes, outcomes  # killed before and after the commit
 
 
+def test_the_next_update_removes_the_temporary_a_killed_one_left(tmp_path):
+  """Killed at its first rename, an update leaves its first added chunk's temporary
+  (vectors-00010.npy.tmp): a next update that writes no chunk removes it all the same."""
+  table, doc_ids, _, _ = _corpora()
+  _export(tmp_path / "index", table, doc_ids)
+  process = subprocess.run([sys.executable, "-c", _KILLED_UPDATE,
+                            str(tmp_path / "index"), "1"], cwd=REPO, check=False)
+  assert process.returncode == -signal.SIGKILL
+  assert [p.name for p in (tmp_path / "index").rglob("*.tmp")] == ["vectors-00010.npy.tmp"]
+  _update(tmp_path / "index", table, [], ["doc-1"])
+  assert not list((tmp_path / "index").rglob("*.tmp"))
+  reader.open_index(str(tmp_path / "index")).verify()
+
+
 def _slice_update(scifact_slice, tmp_path):
   """The slice's corpus lines, the ids to delete (10) and the lines to add (5 of them again)."""
   lines = (scifact_slice / "corpus.jsonl").read_text().splitlines(keepends=True)
@@ -283,7 +304,8 @@ def _slice_update(scifact_slice, tmp_path):
 def test_export_cli_adds_and_deletes_as_a_fresh_export_ranks(exported, scifact_slice, tmp_path,
                                                              t5_spm_path):
   """xtr-export --delete --add with the tiny T5: rankings equal to an export of the resulting
-  corpus under brute force; a bad ids file is refused by line, exit 2, the index unchanged."""
+  corpus under brute force; bad ids files (by line), an empty one, a corpus without documents or
+  in a pipe are refused, exit 2, the index unchanged, before the checkpoint is read."""
   model_dir, index_dir = exported
   _slice_update(scifact_slice, tmp_path)
   updated = tmp_path / "updated"
@@ -298,6 +320,19 @@ def test_export_cli_adds_and_deletes_as_a_fresh_export_ranks(exported, scifact_s
   process = run_tool("xtr.cli.export", f"--out={updated}", f"--delete={tmp_path / 'bad.txt'}")
   assert process.returncode == 2 and process.stderr.strip().endswith(
       f"--delete={tmp_path / 'bad.txt'}:2: an empty line, not a document id."), process.stderr
+  (tmp_path / "empty.txt").write_text("")
+  (tmp_path / "absent.txt").write_text("31715818\nno-such-doc\n")
+  os.mkfifo(tmp_path / "fifo.jsonl")
+  missing = [*model[:-1], f"--checkpoint={tmp_path / 'no-model'}"]  # Never read: refused first.
+  for flags, message in (
+      ([f"--delete={tmp_path / 'empty.txt'}"], "empty.txt lists no document id."),
+      ([f"--delete={tmp_path / 'absent.txt'}", f"--add={tmp_path / 'add.jsonl'}"],
+       "absent.txt:2: 'no-such-doc' is not a document of the index; nothing was changed."),
+      ([f"--add={tmp_path / 'empty.txt'}"], "empty.txt holds no document."),
+      ([f"--add={tmp_path / 'fifo.jsonl'}"], "fifo.jsonl is not a regular file: xtr reads it "
+       "twice (once for its sha256, which the index records); write it to a file first.")):
+    process = run_tool("xtr.cli.export", *missing, f"--out={updated}", *flags, timeout=120)
+    assert process.returncode == 2 and process.stderr.strip().endswith(message), process.stderr
   assert _files(updated) == before
   process = run_tool("xtr.cli.export", *model, f"--out={updated}",
                      f"--delete={tmp_path / 'delete.txt'}", f"--add={tmp_path / 'add.jsonl'}")

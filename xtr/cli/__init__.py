@@ -10,6 +10,7 @@ import math
 import os
 import pathlib
 import re
+import stat
 import sys
 import textwrap
 import tokenize
@@ -269,6 +270,20 @@ def check_output_file(flag: str, path: str | None) -> None:
   parent = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(parent):
     raise app.UsageError(f"--{flag}={path}: the directory {parent} does not exist.")
+
+
+def check_input_file(flag: str, path: str) -> None:
+  """Refuses --flag=path, before any work, unless it is a regular file (symlinks followed) or a
+  remote one: a corpus is read twice, once for its sha256, which a pipe cannot give."""
+  if io.is_remote(path):
+    return
+  try:
+    mode = os.stat(path).st_mode
+  except OSError as e:
+    raise app.UsageError(f"--{flag}={path}: {e.strerror}.") from None
+  if not stat.S_ISREG(mode):
+    raise app.UsageError(f"--{flag}={path} is not a regular file: xtr reads it twice (once for "
+                         "its sha256, which the index records); write it to a file first.")
 
 
 def check_no_arguments(argv: Sequence[str]) -> None:

@@ -193,7 +193,7 @@ def _update(out_dir: str) -> dict:
                          f"they take no {', '.join(others)}.")
   if _ADD.value and not _CHECKPOINT.value:
     raise app.UsageError("--add encodes documents: --checkpoint (the index's) is required.")
-  record, deleted, added, encoder = {}, [], None, None
+  record, deleted, added = {}, [], None
   if _DELETE.value:
     deleted = _doc_ids_file(_DELETE.value)
     record["delete"] = {
@@ -202,12 +202,15 @@ def _update(out_dir: str) -> dict:
         "num_ids": len(deleted)
     }
   if _ADD.value:
+    cli.check_input_file("add", _ADD.value)
     _parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
     corpus = beir_files.read_jsonl(_ADD.value, beir_files.document_text)
+    if not corpus:
+      raise app.UsageError(f"--add={_ADD.value} holds no document.")
     added = (list(corpus), list(corpus.values()))
     record["add"] = {"path": _ADD.value, "sha256": io.sha256(_ADD.value), "num_docs": len(corpus)}
-    encoder = encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
-  return update.update(out_dir, encoder, added, deleted, record)
+  load_encoder = lambda: encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
+  return update.update(out_dir, load_encoder, added, deleted, record)
 
 
 def _doc_ids_file(path: str) -> list[str]:
@@ -229,6 +232,8 @@ def _doc_ids_file(path: str) -> list[str]:
                             f"{seen[doc_id]}." if doc_id else "an empty line, not a document id."))
     seen[doc_id] = n
     ids.append(doc_id)
+  if not ids:
+    raise app.UsageError(f"--delete={path} lists no document id.")
   return ids
 
 
@@ -237,6 +242,7 @@ def _export(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> di
   for flag in (_CHECKPOINT, _CORPUS):
     if not flag.value:
       raise app.UsageError(f"--{flag.name} is required (or --from_index).")
+  cli.check_input_file("corpus", _CORPUS.value)
   _parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
   corpus = beir_files.read_jsonl(_CORPUS.value, beir_files.document_text)
   docs = build.shard_range(len(corpus), *shard)

@@ -18,6 +18,7 @@ Doc indices stay as they were (new documents come after the old ones): an index 
 by adding B and deleting C ranks as a fresh export of A + B - C under exact search
 (`tests/test_update.py`), and within ANN noise under ScaNN.
 """
+from collections.abc import Callable
 from collections.abc import Sequence
 import json
 import os
@@ -35,38 +36,41 @@ from xtr.index import writer as writer_lib
 from xtr.models import salience as salience_lib
 
 
-def update(index_dir: str, encoder: Any, added: tuple[Sequence[str], Sequence[str]] | None,
-           deleted: Sequence[str], record: dict[str, Any]) -> dict[str, Any]:
+def update(index_dir: str, load_encoder: Callable[[], Any],
+           added: tuple[Sequence[str], Sequence[str]] | None, deleted: Sequence[str],
+           record: dict[str, Any]) -> dict[str, Any]:
   """Deletes the documents `deleted` from the index at `index_dir`, then adds `added`.
 
   Args:
-    encoder: the index's encoder (`xtr.models.encoding.Encoder`: its fingerprint is checked);
-      None if nothing is added.
+    load_encoder: loads the index's encoder (`xtr.models.encoding.Encoder`: its fingerprint is
+      checked); called, once the ids are checked, only if documents are added.
     added: (doc ids, texts) of new documents (None: none); an id may be one deleted now.
     deleted: ids of documents of the index to delete.
-    record: what the manifest's "updates" list records of this update (the files' paths and
-      sha256s).
+    record: what the manifest's "updates" list records of this update: the files' paths
+      (record["delete"]["path"], record["add"]["path"]), which errors name, and sha256s.
 
   Returns:
     The new manifest.
 
   Raises:
     ValueError: an id to delete is not in the index, an added id is already there (or twice),
-      or the index cannot be updated (sharded, XTR-only, another model); nothing was changed.
+      no token would be left, or the index cannot be updated (sharded, XTR-only, another
+      model); nothing was changed.
   """
   lock = os.path.join(index_dir, files.LOCK)
   with io.Lock(
       lock, "update", lambda holder: f"{index_dir} is being written by another export "
       f"({holder}, holding {lock}); wait for it to finish."):
-    manifest = _manifest(index_dir, encoder)
+    manifest = _manifest(index_dir)
     doc_ids = files.doc_ids(index_dir, manifest)
     gone = _deleted_mask(index_dir, manifest)
-    gone_now = _docs_to_delete(doc_ids, gone, deleted)
+    gone_now = _docs_to_delete(doc_ids, gone, deleted, _source(record, "delete"))
     added_ids, texts = added or ([], [])
-    _check_added(doc_ids, gone | gone_now, added_ids)
+    _check_added(doc_ids, gone | gone_now, added_ids, _source(record, "add"))
     if (gone | gone_now).all() and not added_ids:
       raise ValueError(f"the update would delete every document of {index_dir}; nothing was "
                        "changed.")
+    encoder = _checked_encoder(index_dir, manifest, load_encoder()) if added_ids else None
     generation = manifest.get("generation", 0) + 1
     _remove_unlisted(index_dir, manifest, generation)
     new = _commit(index_dir, manifest, generation, doc_ids + list(added_ids), gone | gone_now,
@@ -77,7 +81,12 @@ def update(index_dir: str, encoder: Any, added: tuple[Sequence[str], Sequence[st
     return new
 
 
-def _manifest(index_dir: str, encoder: Any) -> dict[str, Any]:
+def _source(record: dict[str, Any], kind: str) -> str:
+  """What errors call the file of the ids to delete or add (`kind`): its path, as recorded."""
+  return record[kind]["path"] if kind in record else f"the ids to {kind}"
+
+
+def _manifest(index_dir: str) -> dict[str, Any]:
   """The index's manifest, once every listed file's size and the sha256s of those an update
   reads (doc ids, offsets, ScaNN and its tables; not the chunks it keeps) are verified."""
   manifest = files.complete_manifest(index_dir)
@@ -88,16 +97,20 @@ def _manifest(index_dir: str, encoder: Any) -> dict[str, Any]:
   if not manifest.get("vectors_stored", True):
     raise ValueError(f"{index_dir} was exported with --store_vectors=none: an update writes its "
                      "new documents' vectors beside the old ones; export the updated corpus.")
-  if encoder is not None and (manifest["fingerprint"], manifest["dim"]) != (encoder.fingerprint,
-                                                                            encoder.dim):
-    raise ValueError(f"{index_dir} was exported with another checkpoint (fingerprint "
-                     f"{manifest['fingerprint']}, this one's {encoder.fingerprint}): update it "
-                     "with the checkpoint it was exported with.")
   read = files.names(manifest).values()
   verifier = verify.Verifier(index_dir, manifest["files"], "full")
   verifier.check_sizes()
   verifier.check(name for name in manifest["files"] if name in read or name.split("/")[0] in read)
   return manifest
+
+
+def _checked_encoder(index_dir: str, manifest: dict[str, Any], encoder: Any) -> Any:
+  """`encoder`, if it is the model the index was exported with."""
+  if (manifest["fingerprint"], manifest["dim"]) != (encoder.fingerprint, encoder.dim):
+    raise ValueError(f"{index_dir} was exported with another checkpoint (fingerprint "
+                     f"{manifest['fingerprint']}, this one's {encoder.fingerprint}): update it "
+                     "with the checkpoint it was exported with.")
+  return encoder
 
 
 def _deleted_mask(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
@@ -107,40 +120,53 @@ def _deleted_mask(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
   return mask
 
 
-def _docs_to_delete(doc_ids: Sequence[str], gone: np.ndarray, deleted: Sequence[str]) -> np.ndarray:
-  """[N] bool: the live documents whose ids are in `deleted`."""
+def _docs_to_delete(doc_ids: Sequence[str], gone: np.ndarray, deleted: Sequence[str],
+                    source: str) -> np.ndarray:
+  """[N] bool: the live documents whose ids are in `deleted` (the lines of `source`)."""
   live = {doc_id: i for i, doc_id in enumerate(doc_ids) if not gone[i]}
   mask = np.zeros(len(doc_ids), bool)
   for n, doc_id in enumerate(deleted, start=1):
     if doc_id not in live:
-      raise ValueError(f"id {n} to delete, {doc_id!r}, is not a document of the index; nothing "
-                       "was changed.")
+      raise ValueError(f"{source}:{n}: {doc_id!r} is not a document of the index; nothing was "
+                       "changed.")
     mask[live[doc_id]] = True
   return mask
 
 
-def _check_added(doc_ids: Sequence[str], gone: np.ndarray, added_ids: Sequence[str]) -> None:
+def _check_added(doc_ids: Sequence[str], gone: np.ndarray, added_ids: Sequence[str],
+                 source: str) -> None:
+  """Refuses an added id (line n of `source`) that is a live document or added twice."""
   kept = {doc_id for i, doc_id in enumerate(doc_ids) if not gone[i]}
   seen = set()
-  for doc_id in added_ids:
+  for n, doc_id in enumerate(added_ids, start=1):
     if doc_id in kept or doc_id in seen:
-      raise ValueError(f"the added document {doc_id!r} is already in the index (delete it in "
-                       "the same update to replace it); nothing was changed.")
+      raise ValueError(f"{source}:{n}: the document {doc_id!r} is already in the index (delete "
+                       "it in the same update to replace it); nothing was changed.")
     seen.add(doc_id)
 
 
 def _remove_unlisted(index_dir: str, manifest: dict[str, Any], generation: int) -> None:
   """Removes what a killed update left: the files of generations other than the manifest's (an
-  uncommitted next one, or earlier ones a kill kept from being removed) and unlisted chunks."""
+  uncommitted next one, or earlier ones a kill kept from being removed) and unlisted chunks,
+  with their temporaries (`name.tmp`)."""
   current = set(files.names(manifest).values())
   for earlier in range(generation + 1):
     for name in set(files.names({"generation": earlier}).values()) - current:
-      io.remove_stale(os.path.join(index_dir, name))
+      for path in _with_temporary(os.path.join(index_dir, name)):
+        io.remove_stale(path)
   chunk = len(manifest["chunks"])
-  while any(os.path.lexists(p) for p in files.chunk_files(index_dir, chunk).values()):
-    for path in files.chunk_files(index_dir, chunk).values():
+  while paths := [
+      path for name in files.chunk_files(index_dir, chunk).values()
+      for path in _with_temporary(name) if os.path.lexists(path)
+  ]:
+    for path in paths:
       io.remove_stale(path)
     chunk += 1
+
+
+def _with_temporary(path: str) -> tuple[str, str]:
+  """`path` and the temporary (`io.atomic_write`'s, `scann.write`'s) it is written through."""
+  return path, path + ".tmp"
 
 
 def _write_chunks(index_dir: str, manifest: dict[str, Any], encoder: Any, doc_ids: Sequence[str],
@@ -245,6 +271,9 @@ def _updated_scann(index_dir: str, manifest: dict[str, Any], name: str, offsets:
       searcher.upsert([None] * len(part), part, len(part))
     start += chunk["num_tokens"]
   rows = np.concatenate([rows, new_tokens])
+  if not len(rows):
+    raise ValueError(f"the update would leave {index_dir} no token to retrieve (the documents "
+                     "left hold none that are kept); nothing was changed.")
   if searcher.size() != len(rows):
     raise RuntimeError(f"ScaNN holds {searcher.size()} tokens after the update, not {len(rows)}.")
   listed.update(scann.write(searcher, index_dir, name))
