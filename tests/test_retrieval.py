@@ -19,6 +19,7 @@ from xtr import search_main
 from xtr.evaluation import beir_eval
 from xtr.evaluation import run_record
 from xtr.index import build
+from xtr.index import device
 from xtr.index import files
 from xtr.index import reader
 from xtr.index import scann_process
@@ -95,15 +96,29 @@ def test_batched_search_ranks_as_one_query_at_a_time(exported, scifact_slice, mo
 
 
 @pytest.mark.parametrize("scoring", ["xtr", "colbert"])
-def test_device_searcher_ranks_as_brute_force(exported, scifact_slice, scoring):
+def test_device_searcher_ranks_as_brute_force(exported, scifact_slice, monkeypatch, scoring):
   """Float32 vectors resident on 8 simulated devices: token retrieval and (for xtr) f_XTR' on
-  the devices give brute force's rankings; bfloat16 ones their top documents."""
+  the devices give brute force's rankings; bfloat16 ones their top documents. Nothing compiles
+  after the untimed warm-up: xtr's batches (3, the last one smaller) and colbert's queries of
+  many lengths, one at a time, each reuse one compiled search."""
+  monkeypatch.setattr(ranker, "QUERIES_PER_BATCH", NUM_QUERIES // 3 + 1)
+  compiled = []  # The device search's and f_XTR''s compilations so far, after each call.
+  for name in ("rank", "rank_batch"):
+    monkeypatch.setattr(ranker, name,
+                        _then(
+                            getattr(ranker, name),
+                            lambda: compiled.append(device._search._cache_size() + search_scores.
+                                                    f_xtr_prime_top._cache_size())))  # pylint: disable=protected-access
   config = ranker.SearchConfig(top_k=10, k_prime=40, scoring=scoring)
   _, _, brute = _search(exported, scifact_slice, dataclasses.replace(config, searcher="bruteforce"))
+  warm_ups = 2 if scoring == "xtr" else 1  # The first and the last batch; the first query.
   for dtype, tolerance in (("float32", 1e-5), ("bfloat16", 2e-2)):
+    compiled.clear()
     _, token_index, on_device = _search(exported, scifact_slice,
                                         dataclasses.replace(config, searcher="device"),
                                         [f"xtr.index.device.DeviceConfig.dtype = '{dtype}'"])
+    assert len(compiled) == warm_ups + (3 if scoring == "xtr" else NUM_QUERIES)
+    assert set(compiled[warm_ups - 1:]) == {compiled[-1]}, compiled
     assert len(token_index.on_device()._vectors.sharding.device_set) == 8  # pylint: disable=protected-access
     for a, b in zip(brute.rankings, on_device.rankings):
       np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=tolerance)
@@ -112,6 +127,17 @@ def test_device_searcher_ranks_as_brute_force(exported, scifact_slice, scoring):
       else:
         assert a[0][0] == b[0][0] or abs(a[0][1] - a[1][1]) < tolerance
   gin.clear_config()
+
+
+def _then(function, after):
+  """`function`, calling `after()` after each call."""
+
+  def call(*args, **kwargs):
+    result = function(*args, **kwargs)
+    after()
+    return result
+
+  return call
 
 
 def test_colbert_refinement_compiles_per_document_bucket_not_per_query_length(

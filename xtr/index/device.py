@@ -23,6 +23,9 @@ import numpy as np
 
 AXIS = "tokens"
 DTYPES = ("bfloat16", "int8", "float32")
+# A device's share of tokens, when it is its block, is padded to a multiple of this: a block of a
+# prime number of tokens would leave the partial reduction no bin width but 1 (`bin_width`).
+BLOCK_MULTIPLE = 1024
 
 
 @gin.configurable
@@ -32,7 +35,9 @@ class DeviceConfig:
 
   Attributes:
     dtype: the resident vectors' type: "bfloat16", "int8" (a float32 scale per token) or
-      "float32" (exact scores).
+      "float32" (exact scores). On the CPU, XLA computes a bfloat16 dot in float32 and converts
+      a device's whole share once per search (temporary memory twice the share's): there,
+      "int8" or "float32" (whose temporaries do not grow with the tokens).
     recall_target: None: exact top-k; else the expected recall of the exact top-k, in (0, 1],
       that the partial reduction may give up for speed (`bin_width`; 1 is exact).
     token_block: tokens each device scores per step (the [Q, block] scores are its temporary
@@ -89,10 +94,30 @@ def _placed(vectors: jax.Array, scales: jax.Array, chunk: jax.Array, chunk_scale
 
 
 def _padded_locations(docs: np.ndarray, positions: np.ndarray, rows: int) -> np.ndarray:
-  """[T] docs and positions -> [rows, 2] int32, -1 past T."""
+  """[T'] docs and positions -> [rows, 2] int32, -1 past T'."""
   locations = np.full((rows, 2), -1, np.int32)
   locations[:len(docs), 0], locations[:len(docs), 1] = docs, positions
   return locations
+
+
+def _share(chunks: Sequence[np.ndarray | jax.Array], starts: np.ndarray, first: int, rows: int,
+           dtype: str) -> tuple[np.ndarray | jax.Array, np.ndarray | jax.Array]:
+  """Rows [first, first + rows) of the chunks' concatenation (chunk c starts at row starts[c]),
+  quantized: (stored [rows, D], scales [rows]), zeros past the last token. Assembled where the
+  chunks are (numpy on the host, `jax.Array`s on their device), one chunk at a time."""
+  xp = jnp if isinstance(chunks[0], jax.Array) else np
+  vectors = xp.zeros((rows, chunks[0].shape[1]), jnp.dtype(dtype))
+  scales = xp.zeros(rows, np.float32)
+  for chunk, start in zip(chunks, starts):
+    begin, end = max(first, start), min(first + rows, start + len(chunk))
+    if begin >= end:
+      continue
+    quantized = _quantized(chunk[begin - start:end - start], dtype)
+    if xp is jnp:
+      vectors, scales = _placed(vectors, scales, *quantized, begin - first)
+    else:
+      vectors[begin - first:end - first], scales[begin - first:end - first] = quantized
+  return vectors, scales
 
 
 class DeviceTokens:
@@ -104,8 +129,9 @@ class DeviceTokens:
     """
     Args:
       chunks: token vectors [T_c, D] in token order (T tokens in all): numpy arrays
-        (memory-mapped is fine) are assembled on the host and copied to the devices once;
-        `jax.Array`s (vectors made on an accelerator) are assembled on their device.
+        (memory-mapped is fine) are assembled on the host, `jax.Array`s (vectors made on an
+        accelerator) on their device, one device's share at a time, and copied to that device
+        (so neither the host nor any device ever holds more than one share).
       doc_of_token: [T] int32 document of each token.
       position_of_token: [T] int32 position of each token in its document.
       config: the stored type and search settings.
@@ -117,25 +143,22 @@ class DeviceTokens:
     self.dim = chunks[0].shape[1]
     self._mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
     per_device = -(-max(self.num_tokens, 1) // len(devices))
-    self._block = min(config.token_block, per_device)
+    self._block = min(config.token_block, -(-per_device // BLOCK_MULTIPLE) * BLOCK_MULTIPLE)
     self._per_device = -(-per_device // self._block) * self._block
-    rows = self._per_device * len(devices)
-    xp = jnp if isinstance(chunks[0], jax.Array) else np  # Assembled where the chunks are.
-    vectors = xp.zeros((rows, self.dim), jnp.dtype(config.dtype))
-    scales = xp.zeros(rows, np.float32)
-    start = 0
-    for chunk in chunks:
-      quantized = _quantized(chunk, config.dtype)
-      if xp is jnp:
-        vectors, scales = _placed(vectors, scales, *quantized, start)
-      else:
-        vectors[start:start + len(chunk)], scales[start:start + len(chunk)] = quantized
-      start += len(chunk)
+    starts = np.cumsum([0] + [len(c) for c in chunks[:-1]])
+    shares = []
+    for i, device in enumerate(devices):
+      first = i * self._per_device
+      locations = _padded_locations(doc_of_token[first:first + self._per_device],
+                                    position_of_token[first:first + self._per_device],
+                                    self._per_device)
+      shares.append(
+          jax.device_put(
+              (*_share(chunks, starts, first, self._per_device, config.dtype), locations), device))
     sharding = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec(AXIS))
-    self._vectors = jax.device_put(vectors, sharding)
-    self._scales = jax.device_put(scales, sharding)
-    self._locations = jax.device_put(_padded_locations(doc_of_token, position_of_token, rows),
-                                     sharding)
+    rows = self._per_device * len(devices)
+    self._vectors, self._scales, self._locations = (jax.make_array_from_single_device_arrays(
+        (rows, *part[0].shape[1:]), sharding, list(part)) for part in zip(*shares))
 
   @property
   def nbytes(self) -> int:
