@@ -2,6 +2,7 @@
 a traceback only with --traceback; outputs that are pipes or full disks; clean stderr."""
 import contextlib
 import errno
+import gzip
 import json
 import os
 import re
@@ -180,6 +181,43 @@ def test_search_writes_through_pipes_caps_top_k_and_keeps_stderr_clean(exported,
   rankings = [json.loads(line) for line in exact.stdout.splitlines()]
   assert [r["query"] for r in rankings] == ["vitamin c", "scurvy"]
   assert [len(r["results"]) for r in rankings] == [SLICE_DOCS] * 2
+  trec = run_tool("xtr.search_main", f"--index={exported[1]}", f"--checkpoint={exported[0]}",
+                  f"--queries={queries}", "--out=-", "--format=trec", "--top_k=5")
+  assert trec.returncode == 0, trec.stderr[-2000:]  # A TREC run on stdout, the same rankings.
+  assert [line.split()[:4] for line in trec.stdout.splitlines()
+         ] == [[str(q), "Q0", r["doc_id"], str(rank)]
+               for q, ranking in enumerate(rankings, 1)
+               for rank, r in enumerate(ranking["results"][:5], 1)]
+
+
+@pytest.mark.parametrize("module, flags, message", [
+    ("xtr.search_main", ["--verbose", "--scoring=exhaustive"],
+     "--verbose times each query alone; --scoring=exhaustive scores every query at once."),
+    ("xtr.cli.eval_beir", ["--run_file={tmp}/r.json", "--out={tmp}/r.json"],
+     "--run_file={tmp}/r.json names the file of --out: each output needs its own."),
+    ("xtr.cli.eval_beir", ["--run_file={tmp}/link.json", "--out={tmp}/r.json"
+                          ], "--run_file={tmp}/link.json names the file of --out"),
+    ("xtr.cli.eval_beir", ["--run_file=-", "--out=-"], "--run_file=- names the file of --out"),
+])
+def test_outputs_and_switches_that_cannot_go_together_are_refused_first(
+    tmp_path, module, flags, message):
+  """Refused in one line, exit 2, before the (missing) index, model or data are read."""
+  (tmp_path / "link.json").symlink_to(tmp_path / "r.json")
+  flags = [flag.format(tmp=tmp_path) for flag in flags]
+  process = run_tool(module, *(_SEARCH if module == "xtr.search_main" else _EVAL), *flags,
+                     stdin="q\n")
+  assert process.returncode == 2 and message.format(tmp=tmp_path) in process.stderr, process.stderr
+  assert not (tmp_path / "r.json").exists()
+
+
+def test_search_flags_that_the_scoring_does_not_read_are_warned_of():
+  process = run_tool("xtr.search_main", *_SEARCH, "--scoring=exhaustive", "--k_prime=5",
+                     "--impute=zero", "--top_k=3", stdin="q\n")
+  warnings = [line for line in process.stderr.splitlines() if line.startswith("Warning")]
+  assert warnings == [
+      f"Warning: --{flag} has no effect with --scoring=exhaustive --searcher=scann."
+      for flag in ("k_prime=5", "impute=zero")
+  ]
 
 
 def test_a_full_disk_is_refused_naming_the_output(exported):
@@ -331,6 +369,8 @@ def test_control_characters_in_queries_are_refused_naming_file_and_line(
 def test_a_leading_byte_order_mark_is_not_query_text(tmp_path, name, content, expected):
   (tmp_path / name).write_text(content, encoding="utf-8")
   assert beir_files.read_queries(str(tmp_path / name)) == expected
+  (tmp_path / f"{name}.gz").write_bytes(gzip.compress(content.encode()))  # The same, gzipped.
+  assert beir_files.read_queries(str(tmp_path / f"{name}.gz")) == expected
 
 
 @pytest.mark.parametrize("name, value", [("batch_size", 0), ("doc_max_length", -1),

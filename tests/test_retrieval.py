@@ -241,6 +241,9 @@ def test_searcher_api_ranks_as_the_cli_encoding_each_query_alone(exported, scifa
   assert f"median over {NUM_QUERIES} queries: encode " in process.stderr
   with pytest.raises(TypeError, match="not one string"):
     xtr.Searcher(str(index_dir), str(model_dir)).search("what causes scurvy")
+  searcher = xtr.Searcher(str(index_dir), str(model_dir))
+  for settings in ({}, {"threads": 2}, {"searcher": "device"}, {"scoring": "exhaustive"}):
+    assert searcher.search([], **settings) == [], settings  # No query: no ranking, whatever way.
 
 
 def test_a_search_process_imports_neither_tensorflow_nor_seqio(exported, scifact_slice):

@@ -26,6 +26,7 @@ import os
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 from typing import Any
 from typing import BinaryIO
@@ -205,13 +206,17 @@ def atomic_open(path: str, mode: str = "w") -> Iterator[TextIO | BinaryIO]:
 
   A path that is not a regular file (a pipe, a terminal, /dev/null) or that names a file
   descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N) is written in place instead: never
-  replaced, nor removed if the block raises. (Files inside an index or model dir, which xtr
-  owns, go through `atomic_write`, which refuses such paths.)
+  replaced, nor removed if the block raises; "-" is stdout. (Files inside an index or model
+  dir, which xtr owns, go through `atomic_write`, which refuses such paths.)
 
   Raises:
     OSError: naming `path` (`write_error`), e.g. on a full disk.
   """
   path = os.fspath(path)
+  if path == "-":
+    yield sys.stdout.buffer if "b" in mode else sys.stdout
+    sys.stdout.flush()
+    return
   encoding = None if "b" in mode else "utf-8"
   with naming(path):
     if _written_in_place(path):

@@ -261,6 +261,20 @@ def _fewer_malloc_arenas() -> None:
     pass
 
 
+def check_output_files(**paths: str | None) -> None:
+  """Refuses each --flag=path (None: not given), before any work, if it is a directory or its
+  directory is missing (`-` is stdout), and two flags that name one file."""
+  given = {}
+  for flag, path in paths.items():
+    check_output_file(flag, path)
+    if path is not None:
+      name = path if path == "-" else os.path.realpath(path)
+      if name in given:
+        raise app.UsageError(f"--{flag}={path} names the file of --{given[name]}: each output "
+                             "needs its own.")
+      given[name] = flag
+
+
 def check_output_file(flag: str, path: str | None) -> None:
   """Refuses --flag=path, before any work, if it is a directory or its directory is missing."""
   if path in (None, "-"):
@@ -370,11 +384,35 @@ def define_search_flags(scoring_only: str | None = None) -> Callable[[], ranker.
       parsed = alignment.Alignment.parse(alignment_text.value)
     except ValueError as e:
       raise flags.ValidationError(f"--alignment={alignment_text.value}: {e}") from None
-    return ranker.SearchConfig(top_k.value, k_prime.value, scoring_only or scoring.value,
-                               impute_value, searcher.value, parsed, prune_query.value,
-                               leaves_to_search.value, threads.value)
+    config = ranker.SearchConfig(top_k.value, k_prime.value, scoring_only or scoring.value,
+                                 impute_value, searcher.value, parsed, prune_query.value,
+                                 leaves_to_search.value, threads.value)
+    _warn_of_unread_flags(config)
+    return config
 
   return read
+
+
+def _warn_of_unread_flags(config: ranker.SearchConfig) -> None:
+  """Warns on stderr of each search flag given that `config`'s scoring and searcher do not
+  read (the results JSON records the settings whatever they are)."""
+  retrieves = registry.SCORINGS[config.scoring].retrieves
+  unread = {
+      "k_prime": not retrieves,
+      "searcher": not retrieves,
+      "prune_query": not retrieves,
+      "leaves_to_search": not retrieves or config.searcher != "scann",
+      "impute": config.scoring != "xtr",
+      "alignment": config.scoring != "aligner",
+  }
+  given = [
+      name for name, ignored in unread.items()
+      if ignored and name in flags.FLAGS and flags.FLAGS[name].present
+  ]
+  for name in given:
+    print(
+        f"Warning: --{name}={flags.FLAGS[name].value} has no effect with "
+        f"--scoring={config.scoring} --searcher={config.searcher}.", file=sys.stderr, flush=True)
 
 
 def _impute(text: str) -> str | float:

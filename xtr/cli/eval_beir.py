@@ -64,8 +64,7 @@ def evaluate_split(data: beir_eval.BeirData, results: ranker.Results,
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   config = _SEARCH_CONFIG()
-  cli.check_output_file("out", _OUT.value)
-  cli.check_output_file("run_file", _RUN_FILE.value)
+  cli.check_output_files(out=_OUT.value, run_file=_RUN_FILE.value)
   data = _SPLIT_FLAGS.load()
   encoder, token_index = _INDEX_FLAGS.open(config.searcher)
   cli.check_index_covers_qrels(token_index.doc_ids, data.qrels, _INDEX_FLAGS.index.value)

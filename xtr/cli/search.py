@@ -27,6 +27,7 @@ from xtr import io
 from xtr.data import beir_files
 from xtr.evaluation import beir_eval
 from xtr.retrieval import ranker
+from xtr.scoring import registry
 
 _INDEX_FLAGS = cli.IndexFlags("Token index directory (xtr-export --out).")
 _QUERIES = flags.DEFINE_string("queries", "-", "Queries file (.jsonl, .tsv, text), - = stdin.")
@@ -76,8 +77,9 @@ def _print_times(query_ids: list[str], results: ranker.Results) -> None:
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   config = _SEARCH_CONFIG()
-  if _FORMAT.value == "trec" and _OUT.value == "-":
-    raise app.UsageError("--format=trec needs --out=FILE.")
+  if _VERBOSE.value and not registry.SCORINGS[config.scoring].retrieves:
+    raise app.UsageError(f"--verbose times each query alone; --scoring={config.scoring} scores "
+                         "every query at once. Drop one of them.")
   cli.check_output_file("out", _OUT.value)
   queries = _read_queries(_QUERIES.value)
   # ScaNN loads in a helper process while the model is restored (docs/performance.md).
@@ -91,8 +93,6 @@ def main(argv: Sequence[str]) -> None:
   if _FORMAT.value == "trec":
     run = {query_id: dict(ranking) for query_id, ranking in zip(queries, results.rankings)}
     beir_eval.write_trec_run(run, _OUT.value, tag=f"xtr-{config.scoring}")
-  elif _OUT.value == "-":
-    sys.stdout.write(_jsonl(queries, results.rankings))
   else:
     with io.atomic_open(_OUT.value) as f:
       f.write(_jsonl(queries, results.rankings))

@@ -53,8 +53,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   if os.path.splitext(_OUT.value)[1] not in (".html", ".md"):
     raise flags.ValidationError(f"--out={_OUT.value}: write .html or .md.")
-  cli.check_output_file("out", _OUT.value)
-  cli.check_output_file("record", _RECORD.value)
+  cli.check_output_files(out=_OUT.value, record=_RECORD.value)
   data = _SPLIT_FLAGS.load()
   query_text = dict(zip(data.query_ids, data.queries)).get(_QUERY_ID.value)
   if query_text is None:

@@ -111,18 +111,20 @@ def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[s
 
 
 def read_queries(path: str) -> dict[str, str]:
-  """{query id: text} from a .jsonl or .tsv file, or text lines (a file or - for stdin).
+  """{query id: text} from a .jsonl or .tsv file (gzipped or not), or text lines (a file or -
+  for stdin).
 
   Raises:
     ValueError: naming the file and line of a malformed query or of a control character in
       one (`check_plain_text`), or if there is no query.
   """
-  if path.endswith(".jsonl"):
+  kind = os.path.splitext(path.removesuffix(".gz"))[1]
+  if kind == ".jsonl":
     return _nonempty(read_jsonl(path, search_query_text), path)
   queries = {}
   for line_number, line in read_lines(path):
     where = f"{'<stdin>' if path == '-' else path}:{line_number}"
-    query_id, text = _tsv_query(line, where) if path.endswith(".tsv") else (str(line_number), line)
+    query_id, text = _tsv_query(line, where) if kind == ".tsv" else (str(line_number), line)
     if query_id in queries:
       raise ValueError(f"{where}: duplicate query id {query_id!r}")
     try:

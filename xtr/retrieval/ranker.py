@@ -114,13 +114,15 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
       the queries are encoded in batches, which is faster for many queries.
     progress: show a progress bar.
   """
+  check_index(config, token_index)
+  if not queries:
+    return Results([], np.zeros(0), encode_ms=np.zeros(0) if encode_alone else None)
   token_ids = encoder.tokenize(queries, encoder.query_max_length)  # Tokenized once.
   unknown = encoder.unknown_only(token_ids)
   for i in unknown:
     print(
         f"Warning: query {i + 1} ({queries[i]!r}) has only tokens that the vocabulary does not "
         "know: its ranking carries no information.", file=sys.stderr, flush=True)
-  check_index(config, token_index)
   config = config.within(token_index)
   if not registry.SCORINGS[config.scoring].retrieves:
     q, q_mask, _ = _encode_queries(encoder, token_ids)
