@@ -129,6 +129,20 @@ def test_shuffle_is_seeded(vocab, task_name):
       first_batches(0, shuffle=False)[0]["query_tokens"])
 
 
+def test_hosts_draw_their_own_negatives(vocab):
+  """BEIR pairs on two hosts (shards 0 and 1 of 2, 8 rows each): row r of one host's batch and row
+  r of the other's hold other negatives (before the shard was mixed into the seed, seqio's
+  per-example seeds were the same on both hosts: 19 of the 40 rows shared one)."""
+
+  def host(shard_id: int):
+    ds = pipeline.get_dataset("beir_pairs", vocab, LENGTHS, 8, seed=0, shard_id=shard_id,
+                              num_shards=2)
+    return np.concatenate([b["doc_tokens"][:, 1] for b in _batches(ds.as_numpy_iterator(), 5)])
+
+  shared = [np.array_equal(a, b) for a, b in zip(host(0), host(1))]
+  assert sum(shared) <= 2, f"{sum(shared)} of 40 rows share their negative"
+
+
 @pytest.mark.parametrize("task_name", ["msmarco_triples", "beir_pairs", "mixture"])
 def test_iterator_checkpoint_resumes_exactly(vocab, tmp_path, task_name):
 

@@ -99,7 +99,9 @@ def get_dataset(task_name: str, vocabulary: seqio.Vocabulary, task_feature_lengt
     vocabulary: the model's vocabulary.
     task_feature_lengths: max ids of {"query", "positive", "negative"}, specials included.
     batch_size: examples per batch on this host (the global batch / num_shards).
-    seed: seeds the example shuffle and the tasks' sampling (e.g. BEIR negatives).
+    seed: seeds the example shuffle and the tasks' sampling (e.g. BEIR negatives); shard i
+      uses seed + i, so that hosts reading other examples do not draw the same negatives row
+      for row (shard 0, a single host's run, uses `seed`).
     shuffle: whether to shuffle examples (in a buffer of `shuffle_buffer_size`).
     shuffle_buffer_size: examples in the shuffle buffer (a mixture's tasks shuffle with seqio's
       default buffer: `Mixture.get_dataset` takes no size).
@@ -115,9 +117,9 @@ def get_dataset(task_name: str, vocabulary: seqio.Vocabulary, task_feature_lengt
   buffer = {} if isinstance(provider, seqio.Mixture) else {
       "shuffle_buffer_size": shuffle_buffer_size
   }
-  ds = provider.get_dataset(task_feature_lengths, split="train", shuffle=shuffle, seed=seed,
-                            **buffer, shard_info=seqio.ShardInfo(index=shard_id,
-                                                                 num_shards=num_shards),
-                            num_epochs=None)
+  ds = provider.get_dataset(task_feature_lengths, split="train", shuffle=shuffle,
+                            seed=seed + shard_id, **buffer,
+                            shard_info=seqio.ShardInfo(index=shard_id,
+                                                       num_shards=num_shards), num_epochs=None)
   ds = RetrievalFeatureConverter()(ds, task_feature_lengths)
   return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
