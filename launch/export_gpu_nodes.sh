@@ -10,6 +10,15 @@
 # on a file system every node reads and writes. `--multihost` calls jax.distributed.initialize(),
 # which reads the coordinator, the number of processes and this process's index from SLURM; node
 # i writes OUT/shard-0000i-of-0000N. Rerun to resume; `xtr-search --index=OUT` searches all.
+#
+# sbatch runs a copy of this script from its spool directory: the repository is the directory
+# sbatch was called from (SLURM_SUBMIT_DIR), or XTR_REPO; run directly, the script's own.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=${XTR_REPO:-${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}}
+if [[ ! -x $repo/.venv/bin/xtr-export ]]; then
+  echo "$(basename "$0"): $repo/.venv/bin/xtr-export is missing: call sbatch from the repository" \
+    "root (after make setup-gpu), or set XTR_REPO to it." >&2
+  exit 2
+fi
+cd "$repo"
 srun --ntasks-per-node=1 .venv/bin/xtr-export --multihost "$@"

@@ -11,6 +11,15 @@
 # a model axis of up to 8 (partitioning.make_mesh.num_partitions) stays inside a node (NVLink),
 # and each node feeds the consecutive rows of every batch that its GPUs hold. A model axis across
 # nodes: num_partitions = 16 with dcn_mesh_shape = (NODES / 2, 2).
+#
+# sbatch runs a copy of this script from its spool directory: the repository is the directory
+# sbatch was called from (SLURM_SUBMIT_DIR), or XTR_REPO; run directly, the script's own.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=${XTR_REPO:-${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}}
+if [[ ! -x $repo/.venv/bin/xtr-train ]]; then
+  echo "$(basename "$0"): $repo/.venv/bin/xtr-train is missing: call sbatch from the repository" \
+    "root (after make setup-gpu), or set XTR_REPO to it." >&2
+  exit 2
+fi
+cd "$repo"
 srun --ntasks-per-node=1 .venv/bin/xtr-train --multihost "$@"

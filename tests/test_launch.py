@@ -11,15 +11,17 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _launch(tmp_path, script: str, *args: str) -> str:
-  """Runs launch/`script` with a fake gcloud and srun first on PATH; returns what they got."""
+def _launch(tmp_path, script: str, *args: str, path: pathlib.Path | None = None, **env) -> str:
+  """Runs launch/`script` (or its copy at `path`) with a fake gcloud and srun first on PATH and
+  `env` set; returns what they got, and srun its working directory first."""
   record = tmp_path / "argv"
   for fake in ("gcloud", "srun"):
-    path = tmp_path / fake
-    path.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {record}\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-  subprocess.run(["bash", str(REPO / "launch" / script), *args], check=True, env={
-      **os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"
+    fake_path = tmp_path / fake
+    fake_path.write_text(f'#!/usr/bin/env bash\n{{ [[ $0 == *srun ]] && pwd; printf "%s\\n" "$@"; '
+                         f'}} > {record}\n')
+    fake_path.chmod(fake_path.stat().st_mode | stat.S_IXUSR)
+  subprocess.run(["bash", str(path or REPO / "launch" / script), *args], check=True, env={
+      **os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", **env
   })
   return record.read_text()
 
@@ -36,8 +38,18 @@ def test_tpu_pod_scripts_run_their_tool_on_every_worker(tmp_path, script, tool):
 @pytest.mark.parametrize("script,tool", [("gpu_nodes.sh", "xtr-train"),
                                          ("export_gpu_nodes.sh", "xtr-export")])
 def test_gpu_node_scripts_run_their_tool_once_per_node(tmp_path, script, tool):
-  argv = _launch(tmp_path, script, "--out=/shared/index").splitlines()
-  assert argv == ["--ntasks-per-node=1", f".venv/bin/{tool}", "--multihost", "--out=/shared/index"]
+  """Run directly, and as sbatch runs it (a copy in SLURM's spool directory, called from the
+  repository): srun starts the tool in the repository; from elsewhere, a one-line refusal."""
+  argv = ["--ntasks-per-node=1", f".venv/bin/{tool}", "--multihost", "--out=/shared/index"]
+  assert _launch(tmp_path, script, "--out=/shared/index").splitlines() == [str(REPO), *argv]
+  spooled = tmp_path / "spool" / "slurm_script"
+  spooled.parent.mkdir()
+  spooled.write_bytes((REPO / "launch" / script).read_bytes())
+  assert _launch(tmp_path, script, "--out=/shared/index", path=spooled,
+                 SLURM_SUBMIT_DIR=str(REPO)).splitlines() == [str(REPO), *argv]
+  with pytest.raises(subprocess.CalledProcessError) as refused:
+    _launch(tmp_path, script, path=spooled, SLURM_SUBMIT_DIR=str(tmp_path))
+  assert refused.value.returncode == 2
 
 
 def test_generalization_tables_and_record_are_the_reports(tmp_path):
