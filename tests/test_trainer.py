@@ -254,6 +254,51 @@ def test_a_checkpoint_on_a_full_disk_is_refused_naming_its_directory(tmp_path, m
     checkpointer.close()
 
 
+def test_a_run_resumed_on_another_data_layout_restores_the_state_and_starts_its_data_afresh(
+    tmp_path, monkeypatch, capfd):
+  """A resized pod: the iterator of a checkpoint is restored where the data layout and process
+  match, and otherwise left at its start with a warning (before: TensorFlow's NotFoundError)."""
+  layout = {"processes": 1, "shard_id": 0, "num_shards": 1, "batch_size": 8}
+  state = {"w": jax.numpy.arange(4.0)}
+  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+
+  def save(step, directory, **resized):
+    checkpointer = checkpoints.Checkpointer(str(directory), async_save=False, data_layout={
+        **layout,
+        **resized
+    })
+    iterator = iter(tf.data.Dataset.range(100))
+    for _ in range(3):
+      next(iterator)
+    checkpointer.maybe_save(step, state, iterator, force=True)
+    checkpointer.close()
+
+  def resume(directory, **resized):
+    """The restored state and the resumed iterator's next element."""
+    iterator = iter(tf.data.Dataset.range(100))
+    restored = checkpoints.Checkpointer(str(directory), data_layout={
+        **layout,
+        **resized
+    }).restore_latest(abstract, iterator)
+    return restored, int(next(iterator))
+
+  save(1, tmp_path / "run")
+  restored, first = resume(tmp_path / "run")
+  assert first == 3 and "Warning" not in capfd.readouterr().err
+  np.testing.assert_array_equal(restored["w"], state["w"])
+  restored, first = resume(tmp_path / "run", num_shards=2, batch_size=4)
+  np.testing.assert_array_equal(restored["w"], state["w"])
+  assert first == 0 and re.search(
+      r"Warning: the input pipeline of .*/run/checkpoints/1 is not restored: it fed the data "
+      r"layout .*'num_shards': 1.*this run feeds .*'num_shards': 2",
+      capfd.readouterr().err)
+  with monkeypatch.context() as patched:  # Saved by process 1 of 2.
+    patched.setattr(checkpoints, "_process_path", lambda directory: directory / "process_1-of-2")
+    save(1, tmp_path / "two")
+  restored, first = resume(tmp_path / "two")
+  assert first == 0 and "saved by other processes (process_1-of-2)" in capfd.readouterr().err
+
+
 def test_sigterm_saves_the_step_reached_and_resumes_exactly(tmp_path):
   """A preemption notice (SIGTERM) mid-run: the trainer saves the step it reached, exits 0, and
   the resumed run ends with the parameters of an uninterrupted one."""

@@ -1,11 +1,13 @@
 """Orbax checkpoints of the train state and of the input pipeline's position.
 
 A step directory holds two items: `state` (step, params, optimizer state; sharded arrays) and
-`dataset` (each host's `tf.data` iterator, written with `tf.train.Checkpoint`), so a killed run
-resumes exactly: same parameters, same optimizer state, same next batch. Orbax writes each step
-to a temporary directory and renames it when complete, so a kill never leaves a half-written
-checkpoint behind. Saves are asynchronous by default: the step's arrays are copied to the host,
-then written while training goes on.
+`dataset` (each host's `tf.data` iterator, written with `tf.train.Checkpoint`, and the data
+layout it fed), so a killed run resumes exactly: same parameters, same optimizer state, same
+next batch. A run resumed on another number of hosts or another data layout (a resized pod)
+restores the state, warns, and starts its input pipeline afresh: another layout's iterators
+cannot be restored. Orbax writes each step to a temporary directory and renames it when
+complete, so a kill never leaves a half-written checkpoint behind. Saves are asynchronous by
+default: the step's arrays are copied to the host, then written while training goes on.
 
 Preemption: a TPU VM gets SIGTERM about 30 s before it is taken away. `PreemptionNotice` turns
 it into a flag that the train loop polls at step boundaries: it saves that step, waits for the
@@ -13,7 +15,9 @@ save and exits 0, so a preempted run loses only the step in flight.
 """
 import contextlib
 import dataclasses
+import json
 import signal
+import sys
 import time
 from typing import Any
 
@@ -30,16 +34,31 @@ from xtr import typecheck
 
 
 class DatasetIteratorHandler(ocp.CheckpointHandler):
-  """Saves and restores this host's `tf.data` iterator in a step directory."""
+  """Saves and restores this host's `tf.data` iterator, and the data layout it fed, in a step
+  directory."""
 
   def save(self, directory: epath.Path, args: "DatasetIteratorSave"):
     directory.mkdir(parents=True, exist_ok=True)
-    tf.train.Checkpoint(iterator=args.iterator).write(str(_process_path(directory)))
+    path = _process_path(directory)
+    tf.train.Checkpoint(iterator=args.iterator).write(str(path))
+    path.with_suffix(".json").write_text(json.dumps(args.layout))
 
-  def restore(self, directory: epath.Path, args: "DatasetIteratorRestore"):
-    checkpoint = tf.train.Checkpoint(iterator=args.iterator)
-    checkpoint.read(str(_process_path(directory))).assert_consumed()
-    return args.iterator
+  def restore(self, directory: epath.Path, args: "DatasetIteratorRestore") -> str | None:
+    """Restores the iterator; returns None, or (leaving it as it is) why it cannot."""
+    path = _process_path(directory)
+    if not (path.parent / f"{path.name}.index").exists():
+      saved = sorted(p.name.removesuffix(".index") for p in directory.glob("process_*.index"))
+      return f"it was saved by other processes ({', '.join(saved)})"
+    layout_path = path.with_suffix(".json")
+    if layout_path.exists():  # (Checkpoints of earlier versions record no layout.)
+      try:
+        layout = json.loads(layout_path.read_text())
+      except (ValueError, RecursionError):
+        layout = f"unreadable ({layout_path})"
+      if layout != args.layout:
+        return f"it fed the data layout {layout}, this run feeds {args.layout}"
+    tf.train.Checkpoint(iterator=args.iterator).read(str(path)).assert_consumed()
+    return None
 
 
 def _process_path(directory: epath.Path) -> epath.Path:
@@ -50,22 +69,27 @@ def _process_path(directory: epath.Path) -> epath.Path:
 @dataclasses.dataclass
 class DatasetIteratorSave(ocp.args.CheckpointArgs):
   iterator: Any
+  layout: dict[str, int]
 
 
 @ocp.args.register_with_handler(DatasetIteratorHandler, for_restore=True)
 @dataclasses.dataclass
 class DatasetIteratorRestore(ocp.args.CheckpointArgs):
   iterator: Any
+  layout: dict[str, int]
 
 
 @gin.configurable
 class Checkpointer:
   """Saves every `save_every_steps` steps, at logging steps once `save_every_minutes` have passed
-  since the last save, and at the end; keeps the last `keep` steps."""
+  since the last save, and at the end; keeps the last `keep` steps. `data_layout` describes what
+  this host's iterator feeds (e.g. its block of the batch): a resumed run restores the iterator
+  only where it matches."""
 
   def __init__(self, model_dir: str, save_every_steps: int = 1000, save_every_minutes: float = 10.0,
-               keep: int = 3, async_save: bool = True):
+               keep: int = 3, async_save: bool = True, data_layout: dict[str, int] | None = None):
     typecheck.arguments(Checkpointer.__init__, locals())
+    self.data_layout = data_layout or {}
     if save_every_steps < 1 or save_every_minutes <= 0 or keep < 1:
       raise ValueError(f"checkpoints.Checkpointer: save_every_steps={save_every_steps} and "
                        f"keep={keep} must be positive, save_every_minutes={save_every_minutes} "
@@ -91,8 +115,9 @@ class Checkpointer:
     if force or step % self.save_every_steps == 0 or (check_time and self._time_due()):
       with self._naming():
         self.manager.save(
-            step, force=True, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                      dataset=DatasetIteratorSave(iterator)))
+            step, force=True,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                    dataset=DatasetIteratorSave(iterator, self.data_layout)))
       self._last_save = time.monotonic()
 
   @contextlib.contextmanager
@@ -116,7 +141,8 @@ class Checkpointer:
     return self.manager.latest_step()
 
   def restore_latest(self, abstract_state: Any, iterator: Any) -> Any | None:
-    """The latest saved state (None if there is none); advances `iterator` in place.
+    """The latest saved state (None if there is none); advances `iterator` in place, unless the
+    checkpoint's iterator fed another data layout (warned of on stderr).
 
     Args:
       abstract_state: the train state as `jax.ShapeDtypeStruct`s carrying target shardings.
@@ -126,7 +152,13 @@ class Checkpointer:
       return None
     restored = self.manager.restore(
         step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
-                                      dataset=DatasetIteratorRestore(iterator)))
+                                      dataset=DatasetIteratorRestore(iterator, self.data_layout)))
+    if restored.dataset is not None:
+      print(
+          f"Warning: the input pipeline of {self.directory}/{step} is not restored: "
+          f"{restored.dataset}. The parameters and optimizer state are; this host's data starts "
+          "afresh (its examples may repeat ones seen before the resize).", file=sys.stderr,
+          flush=True)
     return restored.state
 
   def close(self) -> None:

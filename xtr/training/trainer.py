@@ -106,7 +106,13 @@ def train(
     first_batches = lambda task: pipeline.get_dataset(task or dataset.task_name, vocabulary, dataset
                                                       .task_feature_lengths, batch_size, seed
                                                      ).as_numpy_iterator()
-    checkpointer = checkpoints.Checkpointer(model_dir)
+    checkpointer = checkpoints.Checkpointer(
+        model_dir, data_layout={
+            "processes": jax.process_count(),
+            "shard_id": layout.shard_id,
+            "num_shards": layout.num_shards,
+            "batch_size": batch_size // layout.num_shards
+        })
     # A resumed run takes every parameter from its checkpoint: no pretrained weights to load.
     pretrained = ({} if checkpointer.latest_step() is not None else initialization.pretrained(
         model, first_batches, mesh))
