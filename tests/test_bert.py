@@ -109,6 +109,17 @@ def test_unsupported_hf_config_is_rejected(minilm_dir):
   config = json.loads((minilm_dir / "config.json").read_text())
   with pytest.raises(ValueError, match="hidden_act 'gelu_new'"):
     hf_weights.bert_config_from_hf(config | {"hidden_act": "gelu_new"})
+  for edit, message in (({
+      "vocab_size": "50"
+  }, "vocab_size = '50': expected int, got str"), ({
+      "num_hidden_layers": None
+  }, "num_hidden_layers = None: expected int"), ({
+      "num_hidden_layers": 10**9
+  }, "expected a count from 1 to 1,024"), ({
+      "num_attention_heads": 0
+  }, "num_attention_heads = 0: expected a count")):
+    with pytest.raises(ValueError, match=message):  # Before any shape is built from it.
+      hf_weights.bert_config_from_hf(config | edit)
 
 
 def test_dropout_uses_the_dropout_rng(minilm):

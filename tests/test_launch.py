@@ -21,7 +21,8 @@ def _launch(tmp_path, script: str, *args: str, path: pathlib.Path | None = None,
                          f'}} > {record}\n')
     fake_path.chmod(fake_path.stat().st_mode | stat.S_IXUSR)
   subprocess.run(["bash", str(path or REPO / "launch" / script), *args], check=True, env={
-      **os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", **env
+      **os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}",
+      **env
   })
   return record.read_text()
 

@@ -1,10 +1,12 @@
 """The released XTR weights (`xtr.models.released`, `xtr-convert-checkpoint`): a directory in their
 layout, built here by transformers and torch from a tiny random T5, against token vectors that
 transformers and torch compute from it; export and eval of the SciFact slice; refusals."""
+import io
 import json
 import os
 import shutil
 import sys
+import zipfile
 
 import jax
 import numpy as np
@@ -183,6 +185,11 @@ def _broken_copy(release, tmp_path, edit):
   return str(directory)
 
 
+def _fifo(path) -> None:
+  path.unlink()
+  os.mkfifo(path)
+
+
 def _write_weight(path, weight: np.ndarray) -> None:
   path.write_bytes(safetensors.numpy.save({"linear.weight": weight}))
 
@@ -248,12 +255,24 @@ def _write_weight(path, weight: np.ndarray) -> None:
                                  np.full((DIM, HIDDEN), np.nan, "f4")), ValueError,
          r"The checkpoint \S+/release is damaged or diverged: its parameter "
          r"\['projection'\]\['kernel'\] holds NaN or infinite values."),
+        *[(lambda d, name=name: _fifo(d / name), OSError,
+           rf"release/{name} is a FIFO, not a regular file")
+          for name in ("config.json", "model.safetensors")],
+        *[(lambda d, key=key, value=value: (d / "config.json").write_text(
+            json.dumps(json.loads((d / "config.json").read_text()) | {key: value})), ValueError,
+           rf"release/config.json: {key} = {value}: expected a count from 1 to")
+          for key, value in (("num_layers", 10**5), ("num_heads", 0), ("vocab_size", -5))],
+        (lambda d: _write_weight(d / "2_Dense/model.safetensors", np.zeros(
+            (DIM, HIDDEN), "c8")), ValueError,
+         r"release/2_Dense/model.safetensors is not a safetensors checkpoint xtr can read "
+         r"\(tensor linear.weight is C64, not one of"),
     ], ids=[
         *[f"missing {name}" for name in released.FILES[:-1]], "missing 2_Dense weights",
         "only pytorch_model.bin", "projection transposed", "projection from 64",
         "projection with bias", "projection with tanh", "dense config without out_features",
         "d_model a str", "config not an object", "config of another T5", "forged model.safetensors",
-        "truncated projection", "NaN projection"
+        "truncated projection", "NaN projection", "config.json a FIFO", "model.safetensors a FIFO",
+        "100,000 layers", "no heads", "negative vocabulary", "complex projection"
     ])
 def test_a_broken_directory_is_refused_naming_the_file(release, tmp_path, edit, error, message):
   with pytest.raises(error, match=message):
@@ -302,6 +321,29 @@ def test_the_converter_never_runs_a_pickled_payload(tmp_path):
       r"with weights_only=True"):
     torch_files.convert(str(tmp_path))
   assert not marker.exists() and not (tmp_path / "model.safetensors").exists()
+
+
+def test_the_converter_refuses_a_zip_bomb_before_torch_inflates_it(tmp_path):
+  """A torch file whose tensor's member is deflated from 64 MiB of zeros (~64 kB): refused by its
+  members' sizes, before torch.load inflates a byte of it."""
+  written = io.BytesIO()
+  torch.save({"linear.weight": torch.zeros(1)}, written)
+  source = zipfile.ZipFile(written)
+  with zipfile.ZipFile(tmp_path / released.TORCH_FILE, "w") as bomb:
+    for info in source.infolist():
+      if info.filename.endswith("/data/0"):
+        member = zipfile.ZipInfo(info.filename)
+        member.compress_type = zipfile.ZIP_DEFLATED
+        with bomb.open(member, "w", force_zip64=True) as f:
+          for _ in range(4):
+            f.write(bytes(1 << 24))
+      else:
+        bomb.writestr(info, source.read(info.filename))
+  with pytest.raises(
+      ValueError, match=r"pytorch_model.bin: its members inflate to 67,10\d,\d{3} "
+      r"bytes, more than the file's"):
+    torch_files.convert(str(tmp_path))
+  assert not (tmp_path / "model.safetensors").exists()
 
 
 def test_the_converter_says_how_to_install_torch(tmp_path, monkeypatch):

@@ -311,6 +311,20 @@ def test_an_xtr_only_export_ranks_as_the_full_index_and_refuses_refinement(
   assert "--store_vectors=none" in process.stderr
 
 
+def test_an_index_asking_for_millions_of_extra_ids_is_refused(exported):
+  """An index's manifest names its vocabulary's sentinels (T5's 100); 10^8 of them hung in
+  building the vocabulary (1.2 GB after 20 s)."""
+  token_index = reader.open_index(str(exported[1]))
+  model = json.loads(json.dumps(token_index.manifest["model"]))
+  assert model["vocabulary"]["extra_ids"] == 100
+  model["vocabulary"]["extra_ids"] = 10**8
+  with pytest.raises(
+      ValueError, match=r"manifest: model.vocabulary.extra_ids = 100000000: "
+      r"expected 0 to 100,000"):
+    model_spec.encoder(model, "manifest", encoding.load_params(str(exported[0])), str(exported[0]),
+                       token_index.vocabulary_file())
+
+
 def test_token_analysis_equals_naive_ranking_of_all_tokens(exported, scifact_slice, tmp_path):
   """xtr-analyze-tokens (exact token search) against a sort of every corpus token, by loops."""
   data, token_index, _ = _search(exported, scifact_slice, ranker.SearchConfig())

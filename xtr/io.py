@@ -11,7 +11,8 @@
 - A user's output paths (`atomic_open`, `write_results`): replaced atomically when regular files,
   written through when they are pipes or /dev/stdout.
 - JSON (`write_json`), sha256 (`sha256`, `digest`), and files by path, local or gs://
-  (`open_binary`, `exists`).
+  (`open_binary`, `read_bytes`, `exists`): a local one must be a regular file (symlinks
+  followed, as in a Hugging Face cache): a FIFO or device is refused, never read.
 
 A failed write (a full disk) names the file (`write_error`).
 """
@@ -394,13 +395,28 @@ def is_remote(path: str) -> bool:
 
 
 def open_binary(path: str) -> BinaryIO:
-  """The file at `path`, opened for reading bytes."""
-  return _gfile().GFile(path, "rb") if is_remote(path) else open(path, "rb")
+  """The file at `path` (remote, or a local regular file: symlinks followed), opened for reading
+  bytes; UnsafeFileError for a FIFO, device or directory, which is never read (nor waited on)."""
+  if is_remote(path):
+    return _gfile().GFile(path, "rb")
+  fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # Opening a FIFO would wait for a writer.
+  mode = os.fstat(fd).st_mode
+  if not stat.S_ISREG(mode):
+    os.close(fd)
+    raise UnsafeFileError(f"{path} is {_kind(mode)}, not a regular file: xtr reads model and "
+                          "data files from regular files only.")
+  os.set_blocking(fd, True)
+  return os.fdopen(fd, "rb")
 
 
-def read_bytes(path: str) -> bytes:
+def read_bytes(path: str, max_bytes: int | None = None) -> bytes:
+  """The bytes of the file at `path` (`open_binary`); a ValueError naming it if it holds more
+  than `max_bytes`, of which no more are read."""
   with open_binary(path) as f:
-    return f.read()
+    data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+  if max_bytes is not None and len(data) > max_bytes:
+    raise ValueError(f"{path} holds more than {max_bytes:,} bytes: too large for its kind of file.")
+  return data
 
 
 def exists(path: str) -> bool:

@@ -17,10 +17,15 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors import safe_open
 
+from xtr import io
 from xtr import typecheck
 from xtr.models import bert
 from xtr.models import layer_stack
 from xtr.models import t5
+
+# The safetensors dtypes read (parameters, and buffers such as BERT's int64 position_ids): numpy
+# has no bfloat16 or float8, and a complex, boolean or unsigned tensor is no parameter.
+_DTYPES = {"F64", "F32", "F16", "I64", "I32"}
 
 
 def read_safetensors(
@@ -36,10 +41,16 @@ def read_safetensors(
   path = safetensors_file(path)
   if not path.exists():
     raise FileNotFoundError(f"No safetensors checkpoint at {path}.")
+  io.open_binary(str(path)).close()  # A FIFO or device is refused, never waited on.
   try:
     with safe_open(str(path), framework="numpy") as f:
-      return {name: f.get_tensor(name) for name in f.keys() if not name.startswith(skip_prefixes)}
-  except (SafetensorError, TypeError) as e:
+      names = [name for name in f.keys() if not name.startswith(skip_prefixes)]
+      for name in names:
+        dtype = f.get_slice(name).get_dtype()
+        if dtype not in _DTYPES:
+          raise ValueError(f"tensor {name} is {dtype}, not one of {sorted(_DTYPES)}")
+      return {name: f.get_tensor(name) for name in names}
+  except (SafetensorError, TypeError, ValueError) as e:
     raise ValueError(f"{path} is not a safetensors checkpoint xtr can read ({e}); download or "
                      "convert it again.") from None
 
@@ -108,19 +119,46 @@ _T5_HF_DEFAULTS = {
     "layer_norm_epsilon": 1e-6
 }
 
+# The keys of a BERT config.json that BertConfig reads, their types and transformers' defaults.
+_BERT_HF_KEYS = {
+    "vocab_size": int,
+    "hidden_size": int,
+    "num_hidden_layers": int,
+    "num_attention_heads": int,
+    "intermediate_size": int,
+    "max_position_embeddings": int,
+    "type_vocab_size": int,
+    "layer_norm_eps": float
+}
+_BERT_HF_DEFAULTS = {"layer_norm_eps": 1e-12}
+# Bounds of a config's counts, checked before any shape is built from them (the largest released
+# models have 24-48 layers, vocabularies of 250,112 and widths of 16,384).
+_MAX_LAYERS = 1024
+_MAX_SIZE = 1 << 22
 
-def t5_config_from_hf(config: dict) -> t5.T5Config:
-  """HF T5/mT5 `config.json` dict -> T5Config (missing optional keys take transformers'
-  defaults); a ValueError names a missing or mistyped key."""
+
+def _checked(config: dict, keys: dict[str, type], defaults: dict, model: str) -> dict:
+  """`config` with `defaults` for missing optional keys; a ValueError names a missing or
+  mistyped key, or a count that is not positive and within bounds."""
   if not isinstance(config, dict):
-    raise ValueError(f"a T5 config must be a JSON object, not {type(config).__name__}")
-  config = _T5_HF_DEFAULTS | config
-  for key, kind in _T5_HF_KEYS.items():
+    raise ValueError(f"a {model} config must be a JSON object, not {type(config).__name__}")
+  config = defaults | config
+  for key, kind in keys.items():
     if key not in config:
       raise ValueError(f"missing key {key!r}")
     if not typecheck.matches(config[key], kind):
       raise ValueError(f"{key} = {config[key]!r}: expected {kind.__name__}, got "
                        f"{type(config[key]).__name__}")
+    bound = _MAX_LAYERS if "layers" in key else _MAX_SIZE
+    if kind is int and not 1 <= config[key] <= bound:
+      raise ValueError(f"{key} = {config[key]!r}: expected a count from 1 to {bound:,}")
+  return config
+
+
+def t5_config_from_hf(config: dict) -> t5.T5Config:
+  """HF T5/mT5 `config.json` dict -> T5Config (missing optional keys take transformers'
+  defaults); a ValueError names a missing or mistyped key, or a count out of bounds."""
+  config = _checked(config, _T5_HF_KEYS, _T5_HF_DEFAULTS, "T5")
   if config["feed_forward_proj"] not in _T5_MLP_ACTIVATIONS:
     raise ValueError(f"Unsupported feed_forward_proj {config['feed_forward_proj']!r}; "
                      f"expected one of {sorted(_T5_MLP_ACTIVATIONS)}.")
@@ -176,7 +214,9 @@ def t5_params_from_hf(tensors: dict[str, np.ndarray], config: t5.T5Config) -> di
 
 
 def bert_config_from_hf(config: dict) -> bert.BertConfig:
-  """HF BERT `config.json` dict -> BertConfig (dropout_rate and dtype keep their defaults)."""
+  """HF BERT `config.json` dict -> BertConfig (dropout_rate and dtype keep their defaults); a
+  ValueError names a missing or mistyped key, or a count out of bounds."""
+  config = _checked(config, _BERT_HF_KEYS, _BERT_HF_DEFAULTS, "BERT")
   for key, supported in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
     if config.get(key, supported) != supported:
       raise ValueError(f"Unsupported {key} {config[key]!r}; expected {supported!r}.")
@@ -186,7 +226,7 @@ def bert_config_from_hf(config: dict) -> bert.BertConfig:
                          intermediate_size=config["intermediate_size"],
                          max_position_embeddings=config["max_position_embeddings"],
                          type_vocab_size=config["type_vocab_size"],
-                         layer_norm_eps=config.get("layer_norm_eps", 1e-12))
+                         layer_norm_eps=float(config["layer_norm_eps"]))
 
 
 def _bert_hf_names(config: bert.BertConfig, prefix: str) -> dict[tuple[str, ...], str]:

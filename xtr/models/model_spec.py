@@ -190,4 +190,7 @@ def _vocabulary(spec: Any, where: str, path: str | None) -> tokenization.Tokeniz
   if spec["kind"] == "wordpiece":
     return tokenization.WordPiece(path)
   extra_ids = _check_type(spec.get("extra_ids"), int, f"{where}: model.vocabulary.extra_ids")
+  if not 0 <= extra_ids <= tokenization.MAX_EXTRA_IDS:  # Each one is a piece appended.
+    raise ValueError(f"{where}: model.vocabulary.extra_ids = {extra_ids}: expected 0 to "
+                     f"{tokenization.MAX_EXTRA_IDS:,} (T5's vocabularies have 100).")
   return tokenization.SentencePiece(path, extra_ids)

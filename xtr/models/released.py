@@ -43,6 +43,7 @@ BERT_FILES = tuple("vocab.txt" if name == "spiece.model" else name for name in F
 TORCH_FILE = "pytorch_model.bin"  # Beside a model.safetensors: what the release ships instead.
 _DENSE_KEYS = {"in_features": int, "out_features": int, "bias": bool, "activation_function": str}
 _IDENTITY = "torch.nn.modules.linear.Identity"
+_MAX_JSON_BYTES = 1 << 24  # A config.json is a few kB: more is not one (and is never read whole).
 
 
 def is_released(path: str) -> bool:
@@ -100,8 +101,7 @@ def _check_files(directory: str, files: tuple[str, ...]) -> None:
 def _read_json(path: str) -> dict:
   """The JSON object in `path`; a ValueError naming the file if it is not one."""
   try:
-    with open(path, "rb") as f:
-      value = json.load(f)
+    value = json.loads(io.read_bytes(path, _MAX_JSON_BYTES))
   except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
     raise ValueError(f"{path} is not valid JSON ({e}).") from None
   if not isinstance(value, dict):
@@ -203,6 +203,8 @@ def _write_vocabulary(directory: str, tokenizer: tokenization.Tokenizer) -> str:
     io.atomic_write(os.path.join(directory, "vocab.txt"),
                     lambda f: f.write("".join(f"{token}\n" for token in tokenizer.tokens).encode()))
     return "vocab.txt"
-  model_proto = io.read_bytes(tokenizer.path)  # the file as is: T5's extra ids are not in it
+  model_proto = io.read_bytes(
+      tokenizer.path,
+      tokenization.MAX_VOCABULARY_BYTES)  # the file as is: T5's extra ids are not in it
   io.atomic_write(os.path.join(directory, "spiece.model"), lambda f: f.write(model_proto))
   return "spiece.model"

@@ -6,6 +6,7 @@ weights_only=True: tensors and containers only, no code. Kept apart from the CLI
 (`xtr.cli.convert_checkpoint`) so that importing it defines no command-line flags.
 """
 import os
+import zipfile
 
 import numpy as np
 import safetensors.numpy
@@ -22,9 +23,25 @@ def _import_torch():
   return torch
 
 
+def _check_archive(torch_file: str) -> None:
+  """Refuses a torch file (a zip archive) whose members inflate past the archive's own size:
+  torch writes them stored, not compressed, and inflates a member before it checks its size (a
+  1 MB archive of one 1 GiB member took 1.4 GB of memory to refuse)."""
+  try:
+    with io.open_binary(torch_file) as f, zipfile.ZipFile(f) as archive:
+      inflated = sum(member.file_size for member in archive.infolist())
+      size = os.fstat(f.fileno()).st_size
+  except zipfile.BadZipFile as e:
+    raise ValueError(f"{torch_file} is not a torch file (a zip archive): {e}") from None
+  if inflated > size:
+    raise ValueError(f"{torch_file}: its members inflate to {inflated:,} bytes, more than the "
+                     f"file's {size:,}: not a file that torch wrote.")
+
+
 def _tensors(torch_file: str) -> dict[str, np.ndarray]:
   """{name: float32 array} of the state dict in `torch_file`, loaded with weights_only=True."""
   torch = _import_torch()
+  _check_archive(torch_file)
   try:
     state = torch.load(torch_file, map_location="cpu", weights_only=True)
   except Exception as e:  # pylint: disable=broad-except  # torch raises by cause, no one type.

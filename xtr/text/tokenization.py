@@ -29,6 +29,10 @@ from xtr import io
 from xtr import typecheck
 
 MAX_WORD_CHARS = 100  # Longer words (after normalization) encode as one [UNK], as in BERT.
+# A vocabulary file (spiece.model, tokenizer.json, vocab.txt) past this is not one: refused, the
+# rest never read. mT5's spiece.model is 4.3 MB; multilingual tokenizer.json files ~20 MB.
+MAX_VOCABULARY_BYTES = 1 << 28
+MAX_EXTRA_IDS = 100_000  # Sentinels a SentencePiece vocabulary may append (T5's: 100).
 
 
 def lowercase(text: str) -> str:
@@ -55,7 +59,7 @@ def read_wordpiece_tokens(path: str) -> list[str]:
       WordPiece (or not one at all), or a vocabulary whose ids are not 0, 1, ... once each.
   """
   try:
-    text = io.read_bytes(path).decode("utf-8")
+    text = io.read_bytes(path, MAX_VOCABULARY_BYTES).decode("utf-8")
   except UnicodeDecodeError as e:
     raise ValueError(f"{path} is not a WordPiece vocabulary: invalid UTF-8 at byte "
                      f"{e.start + 1}.") from None
@@ -96,8 +100,9 @@ class WordPiece:
     self.path = wordpiece_file(path)
     self.tokens = tuple(read_wordpiece_tokens(self.path))
     self._ids = {token: i for i, token in enumerate(self.tokens)}
-    if self.tokens[self.pad_id] != "[PAD]":
-      raise ValueError(f"{self.path}: id {self.pad_id} must be [PAD], not {self.tokens[0]!r}.")
+    if self.tokens[self.pad_id:self.pad_id + 1] != ("[PAD]",):
+      raise ValueError(f"{self.path}: id {self.pad_id} must be [PAD], not "
+                       f"{self.tokens[0] if self.tokens else 'missing'!r}.")
     missing = [token for token in ("[CLS]", "[SEP]", "[UNK]") if token not in self._ids]
     if missing:
       raise ValueError(f"{self.path} lacks the special tokens {missing} of a BERT WordPiece "
@@ -150,7 +155,7 @@ class SentencePiece:
     self.path, self.extra_ids = str(path), extra_ids
     try:
       self._processor = sentencepiece.SentencePieceProcessor(
-          model_proto=_with_extra_ids(io.read_bytes(self.path), extra_ids))
+          model_proto=_with_extra_ids(io.read_bytes(self.path, MAX_VOCABULARY_BYTES), extra_ids))
     except (message.DecodeError, RuntimeError) as e:
       raise ValueError(f"{self.path} is not a SentencePiece model ({e}).") from None
     if self._processor.pad_id() != self.pad_id:
