@@ -203,8 +203,7 @@ def _write_vocabulary(directory: str, tokenizer: tokenization.Tokenizer) -> str:
     io.atomic_write(os.path.join(directory, "vocab.txt"),
                     lambda f: f.write("".join(f"{token}\n" for token in tokenizer.tokens).encode()))
     return "vocab.txt"
-  model_proto = io.read_bytes(
-      tokenizer.path,
-      tokenization.MAX_VOCABULARY_BYTES)  # the file as is: T5's extra ids are not in it
+  # The file as it is: T5's extra ids are not in it.
+  model_proto = io.read_bytes(tokenizer.path, tokenization.MAX_VOCABULARY_BYTES)
   io.atomic_write(os.path.join(directory, "spiece.model"), lambda f: f.write(model_proto))
   return "spiece.model"
