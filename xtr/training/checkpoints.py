@@ -51,9 +51,9 @@ class DatasetIteratorHandler(ocp.CheckpointHandler):
       return f"it was saved by other processes ({', '.join(saved)})"
     layout_path = path.with_suffix(".json")
     if layout_path.exists():  # (Checkpoints of earlier versions record no layout.)
-      try:
-        layout = json.loads(layout_path.read_text())
-      except (ValueError, RecursionError):
+      try:  # A regular file only (`io.read_bytes`): a FIFO planted there is never waited on.
+        layout = json.loads(io.read_bytes(str(layout_path), 1 << 16))
+      except (OSError, ValueError, RecursionError):
         layout = f"unreadable ({layout_path})"
       if layout != args.layout:
         return f"it fed the data layout {layout}, this run feeds {args.layout}"
