@@ -64,3 +64,18 @@ def test_gzipped_file_errors_name_the_file_and_line(tmp_path):
       ValueError,
       match=re.escape(f"{tmp_path}/qrels/test.tsv.gz:3: corpus-id 'd9' is not in corpus.jsonl")):
     beir_eval.load_beir(tmp_path, "test")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "plain"])
+def test_a_damaged_gzip_file_is_named_with_its_line(tmp_path, damage):
+  lines = b"".join(b'{"_id": "d%d", "text": "document %d"}\n' % (i, i) for i in range(2000))
+  data = {
+      "truncated": gzip.compress(lines)[:-100],
+      "corrupt": gzip.compress(lines)[:20] + b"\xff" * 20 + gzip.compress(lines)[40:],
+      "plain": lines
+  }[damage]
+  (tmp_path / "corpus.jsonl.gz").write_bytes(data)
+  with pytest.raises(
+      ValueError, match=re.escape(f"{tmp_path}/corpus.jsonl.gz:") +
+      r"\d+: not a valid gzip file \(.+\); is it damaged or cut short\?$"):
+    beir_files.read_jsonl(str(tmp_path / "corpus.jsonl.gz"), beir_files.document_text)

@@ -340,6 +340,17 @@ def test_refusal_lines_are_one_line():
       ": ", 1)[1] == ("Checkpoint does not fit: missing tensor a missing tensor b")
 
 
+def test_refusal_lines_drop_the_call_site_that_gin_appends(tmp_path):
+  (tmp_path / "qrels").mkdir()
+  (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "one"}\n')
+  (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "first?"}\n')
+  (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1_0\n")
+  with pytest.raises(ValueError, match="In call to configurable 'load_beir'") as raised:
+    beir_eval.load_beir(tmp_path, "test")
+  assert cli.refusal_line(raised.value).split(": ", 1)[1] == (
+      f"{tmp_path}/qrels/test.tsv:2: score '1_0' is not a base-10 integer within ±2,147,483,647")
+
+
 @pytest.mark.parametrize("name, content, message", [
     ("q.txt", "fine\nbad\0query\n", r"q.txt:2: control character U\+0000 at character 4"),
     ("q.txt", "fine\n\x1b[31mred\n", r"q.txt:2: control character U\+001B at character 1"),

@@ -1,5 +1,6 @@
 """Tests for tasks/: sources, negatives and tokenization, checked against the raw files."""
 import csv
+import gzip
 import json
 import pathlib
 import re
@@ -11,6 +12,7 @@ import seqio
 import tensorflow as tf
 
 from tests.test_tokenization import tf_ids
+from xtr.data import pipeline
 from xtr.data import tasks
 from xtr.data.tasks import beir
 from xtr.data.tasks import msmarco
@@ -118,6 +120,32 @@ def test_msmarco_malformed_line_names_file_and_line(vocab, tmp_path, line, probl
   ds = seqio.get_mixture_or_task("msmarco_triples").get_dataset(LENGTHS, shuffle=True, seed=0)
   with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"{path}:3: {problem}")):
     list(ds.as_numpy_iterator())
+
+
+def test_msmarco_malformed_line_is_a_value_error_of_the_training_iterator(vocab, tmp_path):
+  """What the trainer's `pipeline.next_batch` raises (xtr-train: one line, exit status 2), not
+  TensorFlow's InvalidArgumentError."""
+  path = tmp_path / "triples.tsv"
+  path.write_text("q1\tp1\tn1\n" * 5 + "q6\tonly a positive\n", encoding="utf-8")
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(path))
+  iterator = iter(
+      pipeline.get_dataset("msmarco_triples", vocab, LENGTHS, batch_size=2, seed=0, shuffle=False))
+  with pytest.raises(ValueError) as raised:
+    for _ in range(4):
+      pipeline.next_batch(iterator)
+  assert str(raised.value) == (f"{path}:6: expected 3 tab-separated fields (query, positive, "
+                               "negative), got 2")
+
+
+def test_msmarco_reads_gzip_and_drops_a_leading_byte_order_mark(tmp_path):
+  text = "\ufeffq1\tp1\tn1\n\ufeffq2\tp2\tn2\n"
+  (tmp_path / "a.tsv").write_text(text, encoding="utf-8")
+  (tmp_path / "b.tsv.gz").write_bytes(gzip.compress(text.encode()))
+  for name in ("a.tsv", "b.tsv.gz"):
+    gin.bind_parameter("tasks.msmarco.triples_files.path", str(tmp_path / name))
+    # Only the first line's mark is a byte order mark; a later one is text.
+    assert _texts(msmarco.TriplesSource().get_dataset(shuffle=False)) == [("q1", "p1", "n1"),
+                                                                          ("\ufeffq2", "p2", "n2")]
 
 
 def test_msmarco_invalid_utf8_names_file_line_and_byte(vocab, tmp_path):
@@ -236,7 +264,21 @@ def test_beir_small_dir_reads_as_beir_does(tmp_path):
     ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace("\t2\n", " 2\n"),
      ":3: expected 3 tab-separated fields (query-id, corpus-id, score), got 2"),
     ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
-        "\t2\n", "\tyes\n"), ":3: score 'yes' is not an integer"),
+        "\t2\n", "\tyes\n"), ":3: score 'yes' is not a base-10 integer"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
+        "\t2\n", "\t1_0\n"), ":3: score '1_0' is not a base-10 integer"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
+        "\t2\n", "\t\u0661\n"), ":3: score '\u0661' is not a base-10 integer"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
+        "\t2\n", "\t4294967297\n"), ":3: score '4294967297' is not a base-10 integer"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace(
+        "\t2\n", "\t2.0\n"), ":3: score '2.0' is not a base-10 integer"),
+    ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS + "q2\td2\t0\nq1\td1\t2\n",
+     ":6: query-id 'q1', corpus-id 'd1' judged 2 here and 1 on line 2"),
+    ("corpus.jsonl", _CORPUS.replace(
+        '"three"', '"thr\\ud800ee"'), _QUERIES, _QRELS, ":3: field 'text' holds a lone surrogate"),
+    ("queries.jsonl", _CORPUS, _QUERIES.replace(
+        '"q2"', '"\\udfffq2"'), _QRELS, ":2: field '_id' holds a lone surrogate"),
     ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS.replace("query-id\t",
                                                           ""), ":1: expected the header"),
 ])

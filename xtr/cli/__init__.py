@@ -245,8 +245,10 @@ def refuse(error: BaseException, hint: str = "") -> NoReturn:
 
 
 def refusal_line(error: BaseException) -> str:
-  """`program: message` on one line (a message's line breaks become spaces)."""
-  message = re.sub(r"\s*\n\s*", " ", str(error).strip()) or type(error).__name__
+  """`program: message` on one line (a message's line breaks become spaces, and the lines gin
+  appends to an error raised inside a configurable, "In call to configurable ...", are dropped)."""
+  message = re.sub(r"\n  In call to configurable [^\n]*", "", str(error))
+  message = re.sub(r"\s*\n\s*", " ", message.strip()) or type(error).__name__
   return f"{os.path.basename(sys.argv[0])}: {message}"
 
 

@@ -13,10 +13,15 @@ import gzip
 import json
 import os
 import random
+import re
 import sys
 import unicodedata
+import zlib
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
+_SCORE = re.compile(r"-?[0-9]+")  # A qrels score: ASCII digits ('1_0' and '١' are not).
+_MAX_SCORE = 2**31 - 1  # pytrec_eval holds relevance in a C int.
+_SURROGATE = re.compile("[\ud800-\udfff]")  # What JSON's \ud800 escapes let into a str.
 _BOM = "\ufeff"  # A byte order mark, which some editors write at the start of UTF-8 files.
 
 
@@ -38,20 +43,33 @@ def read_lines(path: str) -> Iterator[tuple[int, str]]:
   `.gz`; `-` reads stdin. A byte order mark (U+FEFF) that starts the file is dropped.
 
   Raises:
-    ValueError: naming the file, line and byte of the first invalid UTF-8.
+    ValueError: naming the file, line and byte of the first invalid UTF-8, or the file and line
+      where its gzip stream is damaged or cut short.
   """
   with contextlib.ExitStack() as stack:
     if path == "-":
       f, path = sys.stdin.buffer, "<stdin>"
     else:
       f = stack.enter_context(gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb"))
-    for line_number, raw in enumerate(f, start=1):
+    for line_number, raw in enumerate(_gunzipped_lines(f, path), start=1):
       try:
         line = raw.decode("utf-8").rstrip("\r\n")
       except UnicodeDecodeError as e:
         raise ValueError(f"{path}:{line_number}: invalid UTF-8 at byte {e.start + 1} of the line "
                          f"({raw[e.start:e.start + 4]!r}...)") from None
       yield line_number, line.removeprefix(_BOM) if line_number == 1 else line
+
+
+def _gunzipped_lines(f, path: str) -> Iterator[bytes]:
+  """The lines of binary file `f`; a damaged or truncated gzip stream is a ValueError naming
+  `path` and the line it broke on."""
+  line_number = 0
+  try:
+    for line_number, raw in enumerate(f, start=1):
+      yield raw
+  except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+    raise ValueError(f"{path}:{line_number + 1}: not a valid gzip file ({e}); is it damaged or "
+                     "cut short?") from None
 
 
 def document_text(doc: Mapping[str, str]) -> str:
@@ -98,6 +116,9 @@ def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[s
     for field in ("_id", "text") + (("title",) if "title" in record else ()):
       if not isinstance(record.get(field), str):
         raise ValueError(f"{where}: field '{field}' is missing or not a string")
+      if _SURROGATE.search(record[field]):
+        raise ValueError(f"{where}: field '{field}' holds a lone surrogate (a \\ud800-\\udfff "
+                         "escape that is not half of a pair): it is not text")
     record_id = record["_id"]
     if record_id in texts:
       raise ValueError(f"{where}: duplicate _id '{record_id}' (first on line "
@@ -153,8 +174,9 @@ def _nonempty(queries: dict[str, str], path: str) -> dict[str, str]:
 
 def read_qrels(path: str, queries: Mapping[str, str],
                corpus: Mapping[str, str]) -> dict[str, dict[str, int]]:
-  """{query-id: {corpus-id: score}} as BEIR reads it (a repeated pair keeps its last score)."""
-  qrels = {}
+  """{query-id: {corpus-id: score}} as BEIR reads it; a score is an integer in the range of a
+  C int (pytrec_eval's), and a pair repeated with another score is refused."""
+  qrels, first_line = {}, {}
   lines = read_lines(path)
   header = next(lines, (1, ""))[1].split("\t")
   if header != QRELS_HEADER:
@@ -171,10 +193,15 @@ def read_qrels(path: str, queries: Mapping[str, str],
       raise ValueError(f"{where}: query-id '{query_id}' is not in queries.jsonl")
     if doc_id not in corpus:
       raise ValueError(f"{where}: corpus-id '{doc_id}' is not in corpus.jsonl")
-    try:
-      qrels.setdefault(query_id, {})[doc_id] = int(score)
-    except ValueError:
-      raise ValueError(f"{where}: score {score!r} is not an integer") from None
+    if not _SCORE.fullmatch(score) or abs(int(score)) > _MAX_SCORE:
+      raise ValueError(f"{where}: score {score!r} is not a base-10 integer within "
+                       f"±{_MAX_SCORE:,}")
+    judged = qrels.setdefault(query_id, {})
+    if judged.get(doc_id, int(score)) != int(score):
+      raise ValueError(f"{where}: query-id '{query_id}', corpus-id '{doc_id}' judged {score} "
+                       f"here and {judged[doc_id]} on line {first_line[query_id, doc_id]}")
+    judged[doc_id] = int(score)
+    first_line.setdefault((query_id, doc_id), line_number)
   return qrels
 
 

@@ -3,8 +3,10 @@
 The pipeline is pure tf.data, deterministic for a seed, so each host can save its iterator with
 `tf.train.Checkpoint(iterator=iterator).write(path)` and resume exactly after `.read(path)`.
 """
+from collections.abc import Iterator
 from collections.abc import Mapping
 import dataclasses
+import re
 
 import gin
 import seqio
@@ -123,3 +125,20 @@ def get_dataset(task_name: str, vocabulary: seqio.Vocabulary, task_feature_lengt
                                                        num_shards=num_shards), num_epochs=None)
   ds = RetrievalFeatureConverter()(ds, task_feature_lengths)
   return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def next_batch(iterator: Iterator[dict[str, tf.Tensor]]) -> dict[str, tf.Tensor]:
+  """`next(iterator)` of a `get_dataset` iterator.
+
+  Raises:
+    ValueError: the message of a task reader's assertion on a malformed input line
+      (`{path}:{line}: {what is wrong}`, e.g. `tasks.msmarco.read_triples`), not TensorFlow's
+      InvalidArgumentError around it.
+  """
+  try:
+    return next(iterator)
+  except tf.errors.InvalidArgumentError as e:
+    assertion = re.search(r"assertion failed: \[(.*?)\]", e.message, re.DOTALL)
+    if assertion is None:
+      raise
+    raise ValueError(assertion.group(1)) from None

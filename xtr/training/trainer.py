@@ -191,7 +191,8 @@ def _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, m
   peak = throughput.peak_flops(list(mesh.devices.flat))
   tracing = False
   for step in range(start_step + 1, num_steps + 1):
-    batch = partitioning.global_batch(jax.tree.map(np.asarray, next(iterator)), mesh, layout)
+    host_batch = jax.tree.map(np.asarray, pipeline.next_batch(iterator))
+    batch = partitioning.global_batch(host_batch, mesh, layout)
     if profile_steps is not None and step == profile_steps[0]:
       jax.profiler.start_trace(os.path.join(model_dir, "profile"))
       tracing = True

@@ -74,15 +74,24 @@ class TriplesSource(seqio.DataSource):
 
 
 def read_triples(path: tf.Tensor) -> tf.data.Dataset:
-  """The triples of one TSV file ([] string path), in file order.
+  """The triples of one TSV file ([] string path; gunzipped if it ends with `.gz`), in file
+  order.
 
   A malformed line (invalid UTF-8, not 3 tab-separated fields, or an empty field) stops
   iteration with an `InvalidArgumentError` whose message reads `{path}:{line}: {what is wrong}`
   (line is 1-based).
   """
-  lines = tf.data.TextLineDataset(path).enumerate(start=1)
-  return lines.map(lambda number, line: _parse_line(path, number, line),
+  gzipped = tf.strings.regex_full_match(path, r".*\.gz")
+  lines = tf.data.TextLineDataset(path, compression_type=tf.where(gzipped, "GZIP", ""))
+  lines = lines.enumerate(start=1)
+  return lines.map(lambda number, line: _parse_line(path, number, _without_bom(number, line)),
                    num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _without_bom(line_number: tf.Tensor, line: tf.Tensor) -> tf.Tensor:
+  """The line ([] string) without the byte order mark (U+FEFF) that may start line 1 of a
+  file an editor wrote."""
+  return tf.where(line_number == 1, tf.strings.regex_replace(line, "^\ufeff", ""), line)
 
 
 def _utf8_error(line: tf.Tensor) -> tf.Tensor:
