@@ -85,17 +85,89 @@ def test_pickled_doc_ids_are_refused_and_never_loaded(tmp_path, monkeypatch, in_
   assert not marker.exists()
 
 
+def _rerecord(path, relative) -> None:
+  """Lists the file `relative` of the index at `path` in its manifest with its current sha256
+  and size: what a hostile author (not damage) does."""
+  _edit_manifest(path, lambda m: m["files"].update({relative: files.record(str(path / relative))}))
+
+
+_HASHED = 'asset_path: "hashed_dataset.npy"'
+
+
 @pytest.mark.parametrize("in_helper", [False, True])
-def test_scann_assets_outside_the_listed_files_are_refused(tmp_path, monkeypatch, in_helper):
+@pytest.mark.parametrize(
+    "forged, problem",
+    [
+        (_HASHED.replace("hashed", "../../elsewhere"), "does not continue an `assets"),
+        (_HASHED.replace("hashed", "/tmp/elsewhere"), "does not continue an `assets"),
+        # One line, a comment, single quotes: text-proto forms a line-by-line check missed.
+        ('asset_path: "hashed_dataset.npy" } assets { asset_type: AH_DATASET_NPY '
+         'asset_path: "../../elsewhere.npy"', "does not continue an `assets"),
+        (_HASHED + "  # a comment", "does not continue an `assets"),
+        (_HASHED.replace('"', "'"), "does not continue an `assets"),
+        (_HASHED.replace("hashed", "unlisted"),
+         r"names files that the manifest does not list: \['unlisted_dataset.npy'\]"),
+    ])
+def test_scann_assets_are_read_only_as_scann_writes_them(tmp_path, monkeypatch, in_helper, forged,
+                                                         problem):
+  """ScaNN opens whatever path its assets file names (outside the index, a FIFO that hangs):
+  the file must read exactly as ScaNN writes it, naming listed files of scann/."""
   path = _index(tmp_path / "index")
   assets = path / "scann" / "scann_assets.pbtxt"
-  assets.write_text(assets.read_text().replace('"hashed_dataset.npy"', '"../../elsewhere.npy"'))
-  _edit_manifest(
-      path, lambda m: m["files"].update({"scann/scann_assets.pbtxt": files.record(str(assets))}))
-  with pytest.raises(
-      files.DamagedIndexError, match=r"names files that the manifest does not "
-      r"list: \['../../elsewhere.npy'\]"):
+  assert _HASHED in assets.read_text()
+  assets.write_text(assets.read_text().replace(_HASHED, forged))
+  _rerecord(path, "scann/scann_assets.pbtxt")
+  with pytest.raises(files.DamagedIndexError, match=f"scann_assets.pbtxt.*{problem}"):
     _load_scann(path, in_helper, monkeypatch)
+
+
+@pytest.mark.parametrize("in_helper", [False, True])
+@pytest.mark.parametrize("forge, problem", [
+    (lambda a: a[:-7], r"hashed_dataset.npy holds \[\d+, \d+\], not the \d+ rows"),
+    (lambda a: np.concatenate([a, a[:3]]), r"hashed_dataset.npy holds \[\d+, \d+\], not the"),
+])
+def test_scann_arrays_of_another_row_count_are_refused(tmp_path, monkeypatch, in_helper, forge,
+                                                       problem):
+  """ScaNN loads codes of fewer rows than the index's tokens without a word, and ranks from
+  them (or fails later with an IndexError)."""
+  path = _index(tmp_path / "index")
+  hashed = path / "scann" / "hashed_dataset.npy"
+  np.save(hashed, forge(np.load(hashed)))
+  _rerecord(path, "scann/hashed_dataset.npy")
+  with pytest.raises(files.DamagedIndexError, match=problem):
+    _load_scann(path, in_helper, monkeypatch)
+
+
+@pytest.mark.parametrize("in_helper", [False, True])
+def test_scann_failing_to_load_its_files_is_a_damaged_index(tmp_path, monkeypatch, in_helper):
+  """A RuntimeError of ScaNN's loader (here, a partitioner of random bytes) names the index."""
+  path = _index(tmp_path / "index")
+  partitioner = path / "scann" / "serialized_partitioner.pb"
+  partitioner.write_bytes(np.random.default_rng(0).bytes(partitioner.stat().st_size))
+  _rerecord(path, "scann/serialized_partitioner.pb")
+  with pytest.raises(files.DamagedIndexError, match=r"scann.*ScaNN"):
+    if in_helper:
+      index = reader.open_index(str(path))
+      index.load_scann(in_helper=True)
+      index.search_tokens(QUERIES, 5)
+    else:
+      _load_scann(path, in_helper, monkeypatch)
+
+
+def test_two_live_documents_with_one_id_are_refused(tmp_path):
+  """No export or update writes two live documents of one id; a forged doc_ids.jsonl that does
+  would rank a document twice and change every metric of its query."""
+  path = _index(tmp_path / "index")
+  doc_ids = path / "doc_ids.jsonl"
+  lines = doc_ids.read_text().splitlines(keepends=True)
+  lines[9] = lines[2]
+  doc_ids.write_text("".join(lines))
+  _rerecord(path, "doc_ids.jsonl")
+  with pytest.raises(
+      files.DamagedIndexError,
+      match=re.escape(f"{doc_ids}:10: the document id {json.loads(lines[2])!r} is "
+                      f"also that of {doc_ids}:3")):
+    reader.open_index(str(path))
 
 
 @pytest.mark.parametrize("problem, edit", [
@@ -106,11 +178,24 @@ def test_scann_assets_outside_the_listed_files_are_refused(tmp_path, monkeypatch
          "sha256": "0",
          "size": 1
      }})),
+    (r"chunks\[0\] needs listed files", lambda m: m["chunks"][0].update(file=["x"])),
+    (r"scann.reorder_k is not an integer in \[0, 2\^31\)",
+     lambda m: m["scann"].update(reorder_k=2**62)),
 ])
 def test_malformed_manifests_are_refused_naming_the_field(tmp_path, problem, edit):
   path = _index(tmp_path / "index")
   _edit_manifest(path, edit)
   with pytest.raises(files.DamagedIndexError, match=f"manifest.json: {problem}"):
+    reader.open_index(str(path))
+
+
+def test_an_integer_too_long_to_parse_is_a_damaged_manifest(tmp_path):
+  """Python refuses to read an integer of more than 4,300 digits: a ValueError that named no
+  file."""
+  path = _index(tmp_path / "index")
+  manifest = path / files.MANIFEST
+  manifest.write_text(re.sub(r'"num_docs": \d+', '"num_docs": ' + "9" * 5000, manifest.read_text()))
+  with pytest.raises(files.DamagedIndexError, match=f"{manifest} is not valid JSON"):
     reader.open_index(str(path))
 
 

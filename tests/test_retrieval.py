@@ -417,13 +417,13 @@ def test_a_helper_that_fails_or_dies_is_named(exported, tmp_path):
   _, index_dir = exported
   copy = tmp_path / "index"
   shutil.copytree(index_dir, copy)
-  with open(copy / "scann" / "hashed_dataset.npy", "r+b") as f:
-    f.write(b"not a npy header")
+  partitioner = copy / "scann" / "serialized_partitioner.pb"
+  partitioner.write_bytes(np.random.default_rng(0).bytes(partitioner.stat().st_size))
   damaged = reader.open_index(str(copy), verify="off")
   damaged.load_scann(in_helper=True)
   queries = np.ones((2, damaged.dim), np.float32)
   with pytest.raises(files.DamagedIndexError,
-                     match=rf"^{copy / 'scann'}: ScaNN: RuntimeError: .*npy"):
+                     match=rf"^{copy / 'scann'}: ScaNN: DamagedIndexError: .*ScaNN cannot load"):
     damaged.search(queries, 5)
   killed = reader.open_index(str(index_dir))
   killed.load_scann(in_helper=True)

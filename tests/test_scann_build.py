@@ -139,7 +139,8 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
     searcher, _ = scann.build(lambda: chunks, len(vectors), config)
     assert _recall(searcher, vectors, queries, 20, reorder_k=1000) > 0.95, reorder_type
     listed = scann.write(searcher, str(tmp_path), reorder_type)
-    loaded = scann_search.load(str(tmp_path / reorder_type), {p.split("/", 1)[1] for p in listed})
+    loaded = scann_search.load(str(tmp_path / reorder_type), {p.split("/", 1)[1] for p in listed},
+                               len(vectors))
     for a, b in zip(scann_search.search(searcher.searcher, queries, 20, 1000, None, 1),
                     scann_search.search(loaded, queries, 20, 1000, None, 1)):
       np.testing.assert_array_equal(a, b)

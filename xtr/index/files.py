@@ -11,6 +11,7 @@ import os
 import posixpath
 import re
 from typing import Any
+from typing import BinaryIO
 
 import numpy as np
 
@@ -138,7 +139,7 @@ def read_json(path: str) -> Any:
   with io.open_regular(path) as f:
     try:
       return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, ...
       raise DamagedIndexError(
           f"{path} is not valid JSON ({e}): the token index is damaged.") from None
 
@@ -148,7 +149,7 @@ def json_line(line: bytes, path: str, line_number: int) -> Any:
   nested too deeply to parse)."""
   try:
     return json.loads(line)
-  except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+  except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, ...
     raise DamagedIndexError(f"{path}:{line_number}: not valid JSON ({e}): the token index is "
                             "damaged.") from None
 
@@ -187,6 +188,17 @@ def rows_between(rows: np.ndarray, start: int, stop: int) -> np.ndarray:
   return rows[np.searchsorted(rows, start):np.searchsorted(rows, stop)] - start
 
 
+def npy_header(f: BinaryIO, path: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+  """(shape, fortran order, dtype) of the .npy file `f` (named `path`), read from its start;
+  `f` is left at its data."""
+  try:
+    version = np.lib.format.read_magic(f)
+    return (np.lib.format.read_array_header_1_0
+            if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
+  except ValueError as e:
+    raise DamagedIndexError(f"{path} is unreadable ({e}): the token index is damaged.") from e
+
+
 def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
   """Memory-maps the regular file `path` (symlinks refused), checking its header's shape and
   dtype against the index's records and its size against theirs before mapping it."""
@@ -195,13 +207,7 @@ def load_npy(path: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
   except FileNotFoundError:
     raise FileNotFoundError(f"{path} is missing: the token index is damaged.") from None
   with f:
-    try:
-      version = np.lib.format.read_magic(f)
-      header = (np.lib.format.read_array_header_1_0
-                if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
-    except ValueError as e:
-      raise DamagedIndexError(f"{path} is unreadable ({e}): the token index is damaged.") from e
-    found_shape, fortran_order, found_dtype = header
+    found_shape, fortran_order, found_dtype = npy_header(f, path)
     if found_shape != shape or found_dtype != np.dtype(dtype) or fortran_order:
       raise DamagedIndexError(f"{path} holds {found_dtype}{list(found_shape)}, expected "
                               f"{dtype}{list(shape)}: the token index is damaged.")
@@ -271,7 +277,9 @@ def check_manifest(manifest: Any, path: str) -> None:
   for i, chunk in enumerate(manifest["chunks"]):
     if (not isinstance(chunk, dict) or not isinstance(chunk.get("num_tokens"), int) or any(
         (key in chunk) != stored for key in ("file", "doc_index_file")) or
-        any(chunk[key] not in manifest["files"] for key in CHUNK_FILES if key in chunk)):
+        any(not isinstance(chunk[key], str) or chunk[key] not in manifest["files"]
+            for key in CHUNK_FILES
+            if key in chunk)):
       refuse(f"chunks[{i}] needs listed files (vectors and doc index exactly when "
              "vectors_stored) and an integer num_tokens")
     num_docs = chunk.get("num_docs")
@@ -298,8 +306,9 @@ def check_manifest(manifest: Any, path: str) -> None:
       (deleted > 0) != (current[DELETED_DOCS] in manifest["files"])):
     refuse(f"num_deleted_docs is not a count of the docs, with {current[DELETED_DOCS]} listed "
            "exactly when it is positive")
-  if not isinstance(manifest["scann"].get("reorder_k"), int):
-    refuse("scann.reorder_k is not an integer")
+  reorder_k = manifest["scann"].get("reorder_k")
+  if not isinstance(reorder_k, int) or isinstance(reorder_k, bool) or not 0 <= reorder_k < 2**31:
+    refuse("scann.reorder_k is not an integer in [0, 2^31)")
   for required in (current[DOC_IDS], current[DOC_OFFSETS]):
     if required not in manifest["files"]:
       refuse(f"files does not list {required}")

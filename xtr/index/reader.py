@@ -157,7 +157,7 @@ class _Shard:
       names = scann_search.listed_names(self.manifest["files"], scann_dir)
       self._verifier.check(f"{scann_dir}/{name}" for name in sorted(names))
       load = scann_process.started if in_helper else scann_search.load
-      self._scann = load(os.path.join(self.path, scann_dir), names)
+      self._scann = load(os.path.join(self.path, scann_dir), names, self.num_indexed_tokens)
 
   def search_scann(self, queries: np.ndarray, k: int, leaves_to_search: int | None = None,
                    threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -252,11 +252,33 @@ class TokenIndex:
     # [n] increasing global docs that updates deleted: tombstones, in no token retrieval.
     self.deleted_docs = np.concatenate(
         [s.deleted_docs + start for s, start in zip(shards, self._doc_starts)])
+    self._check_distinct_ids()
     self.scann_bytes = sum(files.scann_bytes(s.manifest) for s in shards)  # token retrieval
     self.has_salience = shards[0].has_salience
     self.has_vectors = shards[0].has_vectors
     self._device = None  # device.DeviceTokens, loaded by `on_device`.
     self._pool = None  # The threads that search the shards, made on the first search.
+
+  def _check_distinct_ids(self) -> None:
+    """Refuses two live documents with one id (which no export or update writes: both refuse
+    a repeated id), naming the doc ids files and lines of both."""
+    live = [self.doc_ids[doc] for doc in self.live_docs().tolist()]
+    if len(set(live)) == len(live):
+      return
+    first = {}
+    for doc in self.live_docs().tolist():
+      earlier = first.setdefault(self.doc_ids[doc], doc)
+      if earlier != doc:
+        raise files.DamagedIndexError(
+            f"{self._doc_ids_line(doc)}: the document id {self.doc_ids[doc]!r} is also that of "
+            f"{self._doc_ids_line(earlier)}: the token index is damaged.")
+
+  def _doc_ids_line(self, doc: int) -> str:
+    """`path:line` of global doc `doc` in its shard's doc ids file."""
+    shard = int(np.searchsorted(self._doc_starts, doc, side="right")) - 1
+    path = os.path.join(self._shards[shard].path,
+                        files.names(self._shards[shard].manifest)[files.DOC_IDS])
+    return f"{path}:{doc - self._doc_starts[shard] + 1}"
 
   def live_docs(self) -> np.ndarray:
     """[N - n] int64: the (global) docs that no update deleted."""

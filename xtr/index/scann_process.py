@@ -42,8 +42,8 @@ class Searcher:
   the first search waits for the load. `names`: the listed files, which the caller verifies
   before the first search."""
 
-  def __init__(self, scann_dir: str, names: set[str]):
-    scann_search.check_files(scann_dir, names)  # Refused here, before a process starts.
+  def __init__(self, scann_dir: str, names: set[str], rows: int):
+    scann_search.check_files(scann_dir, names, rows)  # Refused here, before a process starts.
     self._dir = scann_dir
     self._threads = 1
     self._loaded = False
@@ -52,11 +52,12 @@ class Searcher:
     # Where this process imported xtr from, after the user's own path (which may hold other
     # packages that must come first, as they do here).
     path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), package_root) if p)
-    self._process = subprocess.Popen([sys.executable, "-c", _HELPER, scann_dir, *sorted(names)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, env={
-                                         **os.environ, "PYTHONPATH": path
-                                     })
+    self._process = subprocess.Popen(
+        [sys.executable, "-c", _HELPER, scann_dir,
+         str(rows), *sorted(names)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=self._stderr, env={
+            **os.environ, "PYTHONPATH": path
+        })
     weakref.finalize(self, _stop, self._process, self._stderr)
 
   def set_num_threads(self, threads: int) -> None:
@@ -126,15 +127,16 @@ def start_early(index_path: str) -> None:
     scann_dir = files.names(manifest)[files.SCANN_DIR]
     names = scann_search.listed_names(manifest["files"], scann_dir)
     scann_path = os.path.join(index_path, scann_dir)
-    _STARTED[(scann_path, frozenset(names))] = Searcher(scann_path, names)
+    rows = manifest.get("num_indexed_tokens", manifest["num_tokens"])
+    _STARTED[(scann_path, frozenset(names), rows)] = Searcher(scann_path, names, rows)
   except (OSError, ValueError):
     pass  # The tool's own open reports it.
 
 
-def started(scann_dir: str, names: set[str]) -> Searcher:
+def started(scann_dir: str, names: set[str], rows: int) -> Searcher:
   """The helper that `start_early` started for these files, else a new one; `names` must have
   been verified."""
-  return _STARTED.pop((scann_dir, frozenset(names)), None) or Searcher(scann_dir, names)
+  return _STARTED.pop((scann_dir, frozenset(names), rows), None) or Searcher(scann_dir, names, rows)
 
 
 def _stop(process: subprocess.Popen, stderr) -> None:
@@ -146,14 +148,15 @@ def _stop(process: subprocess.Popen, stderr) -> None:
 
 
 def serve() -> None:
-  """The helper: loads the searcher of `sys.argv` (the dir, then its files' names), then answers
-  requests until its stdin ends. ScaNN's own output goes to stderr, off the protocol."""
-  scann_dir, *names = sys.argv[1:]
+  """The helper: loads the searcher of `sys.argv` (the dir, its rows, then its files' names),
+  then answers requests until its stdin ends. ScaNN's own output goes to stderr, off the
+  protocol."""
+  scann_dir, rows, *names = sys.argv[1:]
   out = os.fdopen(os.dup(1), "wb")
   os.dup2(2, 1)
   requests = sys.stdin.buffer
   try:
-    searcher = scann_search.load(scann_dir, set(names))
+    searcher = scann_search.load(scann_dir, set(names), int(rows))
   except Exception as error:  # pylint: disable=broad-except  # Sent to the searching process.
     _send(out, error=error)
     return
