@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -104,23 +105,82 @@ print(json.dumps(results))
 """
 
 
+def _probe(module: str, argvs: list[list[str]]) -> list[tuple[int, str]]:
+  """(exit status, stderr) of `module`'s console entry point called with each of `argvs`, in
+  one process (flags reset between)."""
+  process = subprocess.run(
+      [sys.executable, "-c", _PROBE.format(module=module),
+       json.dumps(argvs)], capture_output=True, text=True, cwd=REPO, env={
+           **os.environ, "XLA_FLAGS": ""
+       })
+  assert process.returncode == 0, process.stderr[-3000:]
+  return [tuple(result) for result in json.loads(process.stdout.splitlines()[-1])]
+
+
 @pytest.fixture(scope="module")
 def refusals() -> dict[tuple[str, str], tuple[int, str]]:
   """{(module, case): (exit status, stderr)} of every case of `_CASES`, each module's cases
   run in one process (its console entry point called once per case, flags reset between)."""
   found = {}
   for module, (common, cases) in _CASES.items():
-    argvs = [[*common, *case.split()] for case, _ in cases]
-    process = subprocess.run(
-        [sys.executable, "-c",
-         _PROBE.format(module=module),
-         json.dumps(argvs)], capture_output=True, text=True, cwd=REPO, env={
-             **os.environ, "XLA_FLAGS": ""
-         })
-    assert process.returncode == 0, process.stderr[-3000:]
-    results = json.loads(process.stdout.splitlines()[-1])
-    found |= {(module, case): tuple(result) for (case, _), result in zip(cases, results)}
+    results = _probe(module, [[*common, *case.split()] for case, _ in cases])
+    found |= {(module, case): result for (case, _), result in zip(cases, results)}
   return found
+
+
+def test_the_analyses_refuse_their_inputs_before_any_work(exported, scifact_slice, tmp_path,
+                                                          t5_spm_path):
+  """Before: a traceback (KeyError) after the whole analysis, or a message naming no flag."""
+  model_dir, index_dir = exported
+  out = (f"--out={tmp_path / 'out.json'}", f"--plot={tmp_path / 'out.png'}")
+  (tmp_path / "curves.json").write_text('{"k": 2, "gold": [0.5, 0.5], "lexical": [0.1, 0.1]}')
+  (tmp_path /
+   "alignment.json").write_text('{"models": {"old": {"term_matching": {}, "low_rank": {}}}}')
+  extra = tmp_path / "extra"  # The slice, with a judged document that the index lacks.
+  shutil.copytree(scifact_slice, extra)
+  with open(extra / "corpus.jsonl", "a") as f:
+    f.write('{"_id": "extra1", "title": "", "text": "an unindexed document"}\n')
+  qrels = (extra / "qrels" / "test.tsv").read_text()
+  query_id = qrels.splitlines()[1].split("\t")[0]
+  (extra / "qrels" / "test.tsv").write_text(qrels + f"{query_id}\textra1\t1\n")
+  index = (f"--index={index_dir}", f"--checkpoint={model_dir}")
+  model = ("--gin_file=gin/models/t5_1_1_tiny.gin", f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'")
+  cases = {
+      "xtr.cli.analyze_tokens": [
+          ((f"--data_dir={scifact_slice}", *index, *out, f"--compare={tmp_path / 'curves.json'}"),
+           f"--compare={tmp_path / 'curves.json'}: not an --out JSON of xtr-analyze-tokens"),
+          ((f"--data_dir={scifact_slice}", *index, out[0], f"--compare={tmp_path / 'curves.json'}"),
+           "--compare draws earlier curves into --plot: give --plot too."),
+          ((f"--data_dir={scifact_slice}", *index, *out, f"--compare={MISSING}/c.json"),
+           f"--compare={MISSING}/c.json"),
+          ((f"--data_dir={scifact_slice}", *index, f"--out={MISSING}/o.json"), "--out="),
+          ((f"--data_dir={extra}", *index, *out), "lacks 1 judged documents (e.g. ['extra1'])"),
+      ],
+      "xtr.cli.analyze_alignment": [
+          ((*model, f"--data_dir={scifact_slice}", f"--checkpoint={MISSING}/model",
+            f"--out={tmp_path / 'analysis'}", f"--compare={tmp_path / 'alignment.json'}"),
+           f"--compare={tmp_path / 'alignment.json'}: not an alignment.json"),
+          ((*model, f"--data_dir={scifact_slice}", f"--checkpoint={MISSING}/model",
+            f"--out={tmp_path / 'analysis'}",
+            "--gin_bindings=xtr.analysis.measure.Settings.num_idf_bins = 0"),
+           "measure.Settings.num_idf_bins = 0: expected a positive integer"),
+      ],
+      "xtr.cli.show_alignment": [
+          ((f"--data_dir={scifact_slice}", *index, f"--query_id={query_id}", "--doc_id=nope",
+            f"--out={tmp_path / 'a.md'}"),
+           f"--doc_id=nope is not a document of {scifact_slice / 'corpus.jsonl'}"),
+      ],
+  }
+  for module, module_cases in cases.items():
+    # analyze_alignment parses its gin files once per process: one process per case.
+    results = ([_probe(module, [list(args)])[0] for args, _ in module_cases]
+               if module.endswith("analyze_alignment") else _probe(
+                   module, [list(args) for args, _ in module_cases]))
+    for (args, named), (status, stderr) in zip(module_cases, results):
+      # One line (after a warning that the corpus is not the index's, in the last case).
+      assert status == cli.REFUSED and "Traceback" not in stderr, (args, stderr)
+      assert stderr.splitlines()[-1].startswith("xtr-tool: ") and named in stderr, (args, stderr)
+  assert not any(tmp_path.glob("out.*")) and not (tmp_path / "analysis").exists()
 
 
 @pytest.mark.parametrize(

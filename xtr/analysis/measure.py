@@ -12,6 +12,7 @@ unless a run file such as ALIGNER's binds another), weighted by its saliences if
 """
 import dataclasses
 import functools
+import math
 from typing import Any
 from typing import Sequence
 
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from xtr import typecheck
 from xtr.analysis import directions
 from xtr.analysis import low_rank
 from xtr.analysis import term_matching
@@ -58,6 +60,21 @@ class Settings:
   num_idf_bins: int = 10
   pretrained_backbone: Any = None
   model: Any = None
+
+  def __post_init__(self):
+    """Refuses a binding of the wrong type or out of range, naming it, before any work."""
+    typecheck.arguments(
+        Settings.__init__, {
+            "bm25_depth": self.bm25_depth,
+            "temperature": self.temperature,
+            "num_idf_bins": self.num_idf_bins
+        })
+    for name, value in (("bm25_depth", self.bm25_depth), ("num_idf_bins", self.num_idf_bins),
+                        ("temperature", self.temperature)):
+      if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"measure.Settings.{name} = {value!r}: expected a positive "
+                         f"{'number' if name == 'temperature' else 'integer'}; check its gin "
+                         "binding.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,6 +44,7 @@ import numpy as np
 
 from xtr import cli
 from xtr import io
+from xtr.analysis import directions
 from xtr.analysis import measure
 from xtr.analysis import plots
 from xtr.evaluation import beir_eval
@@ -70,6 +71,7 @@ flags.register_validator("temperature",
                          message="--temperature must be a positive finite number.")
 
 UNTUNED = "untuned backbone"
+_MAX_COMPARE_BYTES = 256 << 20  # An alignment.json of many models is a few MB.
 
 
 def _labelled(values: Sequence[str]) -> dict[str, str]:
@@ -87,17 +89,36 @@ def _labelled(values: Sequence[str]) -> dict[str, str]:
 
 
 def _read_compare(path: str) -> dict[str, Any]:
-  """The models of an earlier alignment.json (ValueError naming the file if it is not one)."""
+  """The models of an earlier alignment.json, each holding what the plots draw (a
+  ValidationError naming the file if it is not one)."""
   try:
-    with open(path) as f:
-      models = json.load(f)["models"]
-    for label, result in models.items():
-      if not {"term_matching", "low_rank"} <= result.keys():
-        raise KeyError(label)
+    models = json.loads(io.read_bytes(path, _MAX_COMPARE_BYTES))["models"]
+    for result in models.values():
+      _check_plotted(result)
   except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
     raise flags.ValidationError(f"--compare={path}: not an alignment.json of "
                                 f"xtr-analyze-alignment ({type(e).__name__}: {e}).") from None
   return models
+
+
+def _check_plotted(result: dict[str, Any]) -> None:
+  """Raises KeyError, TypeError or ValueError where a model's result lacks what `plots` draws:
+  its term matching bins (of the document tokens too, if present) and its spectra."""
+  matchings = [(result["term_matching"], directions.KINDS)]
+  if "document_token_term_matching" in result:
+    matchings.append((result["document_token_term_matching"], measure.DOCUMENT_TOKEN_KINDS))
+  for matching, kinds in matchings:
+    for subset in ("candidates", "containing"):
+      for rates in matching[subset]["bins"]:
+        _numbers([rates["idf_mean"], *(rates[kind] for kind in kinds if rates[kind] is not None)])
+  for spectrum in result["low_rank"].values():
+    _numbers([*spectrum["spectrum"], spectrum["rank1_error"]])
+
+
+def _numbers(values: Sequence[Any]) -> None:
+  """Raises TypeError unless every value is a number (an int or float, not a bool)."""
+  if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    raise TypeError(f"expected numbers, got {values[:3]}...")
 
 
 def _case(data: beir_eval.BeirData) -> tuple[str, str]:

@@ -40,6 +40,7 @@ _LABEL = flags.DEFINE_string("label", "model", "The model's name in the JSON and
 _OUT = flags.DEFINE_string("out", None, "JSON of the curves to write.")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of the curves to write (optional).")
 _COMPARE = flags.DEFINE_list("compare", [], "Earlier --out JSON files drawn in the same plot.")
+_MAX_COMPARE_BYTES = 64 << 20  # Curves of k <= 2^20 ranks.
 
 
 def token_curves(doc_index: Sequence[np.ndarray], position: Sequence[np.ndarray],
@@ -131,11 +132,31 @@ def plot(curves: dict[str, dict[str, Any]], path: str) -> None:
   plt.close(figure)
 
 
+def _read_compare(path: str) -> dict[str, Any]:
+  """An earlier --out JSON, holding what `plot` draws (a ValidationError naming it if not)."""
+  try:
+    earlier = json.loads(io.read_bytes(path, _MAX_COMPARE_BYTES))
+    if not (isinstance(earlier["label"], str) and isinstance(earlier["k"], int) and all(
+        len(earlier[name]) == earlier["k"] and all(isinstance(p, float)
+                                                   for p in earlier[name])
+        for name in ("gold", "lexical"))):
+      raise ValueError("a label, k and k probabilities of each curve are expected")
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise flags.ValidationError(f"--compare={path}: not an --out JSON of xtr-analyze-tokens "
+                                f"({type(e).__name__}: {e}).") from None
+  return earlier
+
+
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
+  cli.check_output_files(out=_OUT.value, plot=_PLOT.value)
+  if _COMPARE.value and not _PLOT.value:
+    raise flags.ValidationError("--compare draws earlier curves into --plot: give --plot too.")
+  compared = [_read_compare(path) for path in _COMPARE.value]
   data = _SPLIT_FLAGS.load()
   encoder, token_index = _INDEX_FLAGS.open(_SEARCHER.value)
   cli.corpus_matches_index(data.corpus_path, token_index)
+  cli.check_index_covers_qrels(token_index.doc_ids, data.qrels, token_index.path)
   k = min(_K.value, token_index.num_indexed_tokens)
   result = {
       "label": _LABEL.value,
@@ -148,13 +169,7 @@ def main(argv: Sequence[str]) -> None:
   }
   io.write_results(_OUT.value, result)
   if _PLOT.value:
-    curves = {}
-    for path in _COMPARE.value:
-      with open(path) as f:
-        earlier = json.load(f)
-      curves[earlier["label"]] = earlier
-    curves[_LABEL.value] = result
-    plot(curves, _PLOT.value)
+    plot({earlier["label"]: earlier for earlier in compared} | {_LABEL.value: result}, _PLOT.value)
   for rank in (1, 10, 100, k):
     if rank <= k:
       print(f"rank {rank}: P(gold) {result['gold'][rank - 1]:.3f} | "

@@ -46,6 +46,8 @@ def _gold_doc(data: beir_eval.BeirData, query_id: str) -> str:
   if doc_id is None:
     raise flags.ValidationError(f"--query_id={query_id} has no relevant document in qrels/"
                                 f"{_SPLIT_FLAGS.split.value}.tsv: name one with --doc_id.")
+  if doc_id not in data.doc_ids:
+    raise flags.ValidationError(f"--doc_id={doc_id} is not a document of {data.corpus_path}.")
   return doc_id
 
 
