@@ -160,6 +160,21 @@ def test_msmarco_invalid_utf8_names_file_line_and_byte(vocab, tmp_path):
     list(ds.as_numpy_iterator())
 
 
+@pytest.mark.parametrize("num_files, num_shards", [(4, 8), (3, 8), (6, 16), (8, 4), (8, 8)])
+def test_msmarco_hosts_read_every_example_once(tmp_path, num_files, num_shards):
+  """Each host (shard) shuffles with its own seed (`pipeline.get_dataset`); with fewer files
+  than hosts, the hosts' shares used to overlap (4 files, 8 hosts: 24 of 96 examples read
+  twice or more, 48 never)."""
+  for f in range(num_files):
+    (tmp_path / f"triples-{f}.tsv").write_text("".join(f"q{f}.{i}\tp\tn\n" for i in range(24)))
+  gin.bind_parameter("tasks.msmarco.triples_files.path", str(tmp_path / "triples-*.tsv"))
+  read = [
+      q for shard in range(num_shards) for q, _, _ in _texts(msmarco.TriplesSource().get_dataset(
+          shuffle=True, seed=100 + shard, shard_info=seqio.ShardInfo(shard, num_shards)))
+  ]
+  assert sorted(read) == sorted(f"q{f}.{i}" for f in range(num_files) for i in range(24))
+
+
 def test_msmarco_empty_file_is_named(tmp_path):
   (tmp_path / "triples-0.tsv").write_text("q\tp\tn\n")
   (tmp_path / "triples-1.tsv").write_text("")

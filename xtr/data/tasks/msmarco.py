@@ -43,8 +43,9 @@ class TriplesSource(seqio.DataSource):
   string each), each file in line order.
 
   With at least as many files as input shards (hosts), each shard reads only its files (file i
-  goes to shard i mod num_shards); with fewer, seqio shards the examples instead, and every host
-  streams every file. Shuffling shuffles the file order (examples are shuffled downstream).
+  goes to shard i mod num_shards), in an order shuffled with its seed; with fewer, every shard
+  streams every file in one order and keeps every num_shards-th example (an order shuffled with
+  each host's own seed would make the hosts' shares overlap). Examples are shuffled downstream.
   """
 
   def __init__(self):
@@ -52,7 +53,7 @@ class TriplesSource(seqio.DataSource):
 
   @property
   def supports_arbitrary_sharding(self) -> bool:
-    return False
+    return True  # `get_dataset` shards by file or by example itself.
 
   def list_shards(self, split: str) -> Sequence[str]:
     del split
@@ -63,14 +64,23 @@ class TriplesSource(seqio.DataSource):
                   use_cached: bool = False, num_epochs: int | None = 1) -> tf.data.Dataset:
     del sequence_length, use_cached, num_epochs  # Repeated and cut downstream.
     files = self.list_shards(split)
+    if shard_info is not None and len(files) < shard_info.num_shards:
+      return _interleaved(files, shuffle=False, seed=None).shard(shard_info.num_shards,
+                                                                 shard_info.index)
     if shard_info is not None:
       files = files[shard_info.index::shard_info.num_shards]
-    files_ds = tf.data.Dataset.from_tensor_slices(files)
-    if shuffle:
-      files_ds = files_ds.shuffle(len(files), seed=seed)
-    return files_ds.interleave(read_triples, cycle_length=min(len(files),
-                                                              _CYCLE_LENGTH), block_length=1,
-                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return _interleaved(files, shuffle, seed)
+
+
+def _interleaved(files: Sequence[str], shuffle: bool, seed: int | None) -> tf.data.Dataset:
+  """The triples of `files`, one line of each of up to _CYCLE_LENGTH files in turn; the file
+  order shuffled with `seed` if `shuffle`."""
+  files_ds = tf.data.Dataset.from_tensor_slices(list(files))
+  if shuffle:
+    files_ds = files_ds.shuffle(len(files), seed=seed)
+  return files_ds.interleave(read_triples, cycle_length=min(len(files),
+                                                            _CYCLE_LENGTH), block_length=1,
+                             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def read_triples(path: tf.Tensor) -> tf.data.Dataset:
