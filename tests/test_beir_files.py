@@ -79,3 +79,15 @@ def test_a_damaged_gzip_file_is_named_with_its_line(tmp_path, damage):
       ValueError, match=re.escape(f"{tmp_path}/corpus.jsonl.gz:") +
       r"\d+: not a valid gzip file \(.+\); is it damaged or cut short\?$"):
     beir_files.read_jsonl(str(tmp_path / "corpus.jsonl.gz"), beir_files.document_text)
+
+
+def test_a_line_too_long_for_any_document_is_refused_before_it_is_read_whole(tmp_path, monkeypatch):
+  """A 120 MB corpus line took gigabytes to tokenize, and aborted an export under a memory limit."""
+  monkeypatch.setattr(beir_files, "MAX_LINE_BYTES", 1000)
+  lines = ['{"_id": "d1", "text": "short"}', '{"_id": "d2", "text": "%s"}' % ("x" * 2000)]
+  for name, data in (("c.jsonl", "\n".join(lines).encode()),
+                     ("c.jsonl.gz", gzip.compress("\n".join(lines).encode()))):
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(ValueError,
+                       match=re.escape(f"{tmp_path / name}:2: longer than 1,000 bytes")):
+      beir_files.read_jsonl(str(tmp_path / name), beir_files.document_text)

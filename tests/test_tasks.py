@@ -290,6 +290,8 @@ def test_beir_small_dir_reads_as_beir_does(tmp_path):
         "\t2\n", "\t2.0\n"), ":3: score '2.0' is not a base-10 integer"),
     ("qrels/train.tsv", _CORPUS, _QUERIES, _QRELS + "q2\td2\t0\nq1\td1\t2\n",
      ":6: query-id 'q1', corpus-id 'd1' judged 2 here and 1 on line 2"),
+    ("corpus.jsonl", _CORPUS.replace('"_id": "d2"',
+                                     '"_id": " "'), _QUERIES, _QRELS, ":2: field '_id' is empty"),
     ("corpus.jsonl", _CORPUS.replace(
         '"three"', '"thr\\ud800ee"'), _QUERIES, _QRELS, ":3: field 'text' holds a lone surrogate"),
     ("queries.jsonl", _CORPUS, _QUERIES.replace(

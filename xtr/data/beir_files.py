@@ -21,6 +21,7 @@ import zlib
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
 _SCORE = re.compile(r"-?[0-9]+")  # A qrels score: ASCII digits ('1_0' and '١' are not).
 _MAX_SCORE = 2**31 - 1  # pytrec_eval holds relevance in a C int.
+MAX_LINE_BYTES = 16 << 20  # No BEIR document, query or judgment is near; a longer line is not one.
 _SURROGATE = re.compile("[\ud800-\udfff]")  # What JSON's \ud800 escapes let into a str.
 _BOM = "\ufeff"  # A byte order mark, which some editors write at the start of UTF-8 files.
 
@@ -43,15 +44,16 @@ def read_lines(path: str) -> Iterator[tuple[int, str]]:
   `.gz`; `-` reads stdin. A byte order mark (U+FEFF) that starts the file is dropped.
 
   Raises:
-    ValueError: naming the file, line and byte of the first invalid UTF-8, or the file and line
-      where its gzip stream is damaged or cut short.
+    ValueError: naming the file, line and byte of the first invalid UTF-8, the file and line
+      where its gzip stream is damaged or cut short, or a line longer than MAX_LINE_BYTES (read
+      no further: tokenizing 120 MB of text took gigabytes).
   """
   with contextlib.ExitStack() as stack:
     if path == "-":
       f, path = sys.stdin.buffer, "<stdin>"
     else:
       f = stack.enter_context(gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb"))
-    for line_number, raw in enumerate(_gunzipped_lines(f, path), start=1):
+    for line_number, raw in enumerate(_raw_lines(f, path), start=1):
       try:
         line = raw.decode("utf-8").rstrip("\r\n")
       except UnicodeDecodeError as e:
@@ -60,12 +62,15 @@ def read_lines(path: str) -> Iterator[tuple[int, str]]:
       yield line_number, line.removeprefix(_BOM) if line_number == 1 else line
 
 
-def _gunzipped_lines(f, path: str) -> Iterator[bytes]:
-  """The lines of binary file `f`; a damaged or truncated gzip stream is a ValueError naming
-  `path` and the line it broke on."""
+def _raw_lines(f, path: str) -> Iterator[bytes]:
+  """The lines of binary file `f` (named `path`); a line longer than MAX_LINE_BYTES, or a
+  damaged or truncated gzip stream, is a ValueError naming the file and line."""
   line_number = 0
   try:
-    for line_number, raw in enumerate(f, start=1):
+    for line_number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+      if len(raw) > MAX_LINE_BYTES:
+        raise ValueError(f"{path}:{line_number}: longer than {MAX_LINE_BYTES:,} bytes: not a "
+                         "document, query or judgment line")
       yield raw
   except (EOFError, zlib.error, gzip.BadGzipFile) as e:
     raise ValueError(f"{path}:{line_number + 1}: not a valid gzip file ({e}); is it damaged or "
@@ -116,6 +121,8 @@ def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[s
     for field in ("_id", "text") + (("title",) if "title" in record else ()):
       if not isinstance(record.get(field), str):
         raise ValueError(f"{where}: field '{field}' is missing or not a string")
+      if field == "_id" and not record[field].strip():
+        raise ValueError(f"{where}: field '_id' is empty")
       if _SURROGATE.search(record[field]):
         raise ValueError(f"{where}: field '{field}' holds a lone surrogate (a \\ud800-\\udfff "
                          "escape that is not half of a pair): it is not text")
