@@ -154,6 +154,32 @@ def test_scann_failing_to_load_its_files_is_a_damaged_index(tmp_path, monkeypatc
       _load_scann(path, in_helper, monkeypatch)
 
 
+def test_an_export_never_writes_into_a_directory_it_does_not_own(tmp_path):
+  """An export replaces what it finds at its names (doc_ids.jsonl, scann/): a directory of the
+  user's lost files to it (exit 0), one inside an index corrupted that index, and a sharded
+  export into an index's root was shadowed by it."""
+  index = _index(tmp_path / "index")
+  before = _files(index)
+  theirs = tmp_path / "theirs"
+  (theirs / "scann").mkdir(parents=True)
+  (theirs / "scann" / "notes.txt").write_text("mine")
+  (theirs / files.DOC_IDS).write_text("mine")
+  for out, problem in ((theirs, r"holds \['doc_ids.jsonl', 'scann'\] but no writer.json or "
+                        "manifest.json of an xtr export"), (index / "scann",
+                                                            "is inside the token index at"),
+                       (index / "shard-00000-of-00002", "is inside the token index at")):
+    with pytest.raises(ValueError, match=f"--out={re.escape(str(out))} {problem}"):
+      _index(out)
+  assert (theirs / "scann" / "notes.txt").read_text() == "mine"
+  assert (theirs / files.DOC_IDS).read_text() == "mine" and _files(index) == before
+  # What an export killed before its writer.json leaves (its lock, an empty chunks/) resumes.
+  started = tmp_path / "started"
+  (started / "chunks").mkdir(parents=True)
+  (started / files.LOCK).write_text("")
+  _index(started)
+  assert _files(started).keys() == _files(index).keys() - {files.LOCK}
+
+
 def test_two_live_documents_with_one_id_are_refused(tmp_path):
   """No export or update writes two live documents of one id; a forged doc_ids.jsonl that does
   would rank a document twice and change every metric of its query."""
@@ -259,11 +285,46 @@ def test_repair_reencodes_from_the_first_damaged_chunk_only(tmp_path):
   reference = _index(tmp_path / "reference")
   path = _index(tmp_path / "index")
   _flip_byte(path / "chunks/vectors-00003.npy")
+  _repair(path, "re-encoding from chunk 3 of 5", first_damaged=3)
+  assert _files(path) == _files(reference)
+
+
+def _repair(path, report: str, first_damaged: int) -> None:
+  """--repair of the 40-document index at `path`, which must say `report` and re-encode from
+  chunk `first_damaged`."""
   writer = _new_writer(path, 40, docs_per_chunk=8, repair=True)
-  assert "re-encoding from chunk 3 of 5" in writer.repair_report
-  assert writer.completed_chunks() == 3
+  assert report in writer.repair_report
+  assert writer.completed_chunks() == first_damaged
   _write_chunks(writer, _ids(40), _integer_docs(40), 8)
   writer.finalize()
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_repair_killed_after_removing_the_manifest_is_finished_by_another(
+    tmp_path, monkeypatch, finished):
+  """A repair removed the manifest first: killed before the damaged chunk's record went, the
+  index was an unfinished export whose damaged chunk counted as done, and every --repair
+  stopped at it. The same for damage in an export killed before its manifest."""
+  reference = _index(tmp_path / "reference")
+  path = _index(tmp_path / "index")
+  _flip_byte(path / "chunks/vectors-00002.npy")
+  if finished:
+    real_remove = os.remove
+
+    def killed(name):
+      if "/chunks/chunk-" in str(name):
+        raise KeyboardInterrupt  # The kill, as the first chunk record goes.
+      real_remove(name)
+
+    monkeypatch.setattr(os, "remove", killed)
+    with pytest.raises(KeyboardInterrupt):
+      _new_writer(path, 40, docs_per_chunk=8, repair=True)
+    monkeypatch.undo()
+    assert (path / files.MANIFEST).exists()  # The records went first: still a repair.
+  else:
+    (path / files.MANIFEST).unlink()  # An export killed before its manifest.
+    (path / files.LOCK).unlink(missing_ok=True)
+  _repair(path, "re-encoding from chunk 2", first_damaged=2)
   assert _files(path) == _files(reference)
 
 
@@ -400,6 +461,7 @@ def test_a_resumed_export_never_writes_through_a_planted_symlink(tmp_path, plant
   path = _killed_export(tmp_path / "index")
   outside = tmp_path / "outside"
   outside.write_bytes(b"the user's file")
+  kept = (path / planted).read_bytes() if (path / planted).exists() else None
   (path / planted).unlink(missing_ok=True)
   os.symlink(outside, path / planted)
   with pytest.raises(
@@ -408,6 +470,8 @@ def test_a_resumed_export_never_writes_through_a_planted_symlink(tmp_path, plant
     _resume(path)
   assert outside.read_bytes() == b"the user's file"
   (path / planted).unlink()
+  if planted == files.WRITER:  # What makes the directory an export's to resume.
+    (path / planted).write_bytes(kept)
   _resume(path)  # Once the link is gone, the export completes ...
   assert _files(path) == _files(_index(tmp_path / "reference"))  # ... as if never attacked.
 
@@ -648,6 +712,15 @@ def test_export_into_a_complete_index_with_another_corpus_or_checkpoint_is_refus
         rf"manifest.json: this index was exported with other settings \(.*{changed}"
         r".* differ: .*nothing was changed", process.stderr), process.stderr[-2000:]
     assert _sha256s(index_dir) == before  # the manifest included: still searchable
+  # Other ScaNN settings: "nothing to do" kept the old ScaNN without a word.
+  process = _export_cli(exported, index_dir,
+                        "--gin_bindings=xtr.index.scann.ScannConfig.dims_per_block = 4")
+  assert process.returncode == 2 and (
+      "is a complete index whose ScaNN was built with other settings (dims_per_block 1 there, "
+      f"4 now); nothing was changed. Build a ScaNN of its vectors with these settings into a new "
+      f"directory: xtr-export --from_index={index_dir} --out=NEW.") in process.stderr
+  assert "nothing to do" in _export_cli(exported, index_dir).stdout  # The same settings.
+  assert _sha256s(index_dir) == before
   reader.open_index(str(index_dir), "full")
 
 

@@ -116,15 +116,35 @@ def main(argv: Sequence[str]) -> None:
           f"({manifest['num_deleted_docs']} deleted ones kept as tombstones), "
           f"{manifest['num_indexed_tokens']} tokens in ScaNN.")
     return
+  writer.check_out_dir(out_dir)  # Before the model loads (IndexWriter checks it again).
   try:
     manifest = (_reprune(out_dir, prune_doc, shard) if _FROM_INDEX.value else _export(
         out_dir, prune_doc, shard))
   except writer.IndexComplete as e:
+    _check_scann_as_configured(out_dir)
     print(e)
     return
   print(f"Wrote {out_dir}: {manifest['num_docs']} documents, {manifest['num_tokens']} tokens "
         f"of dim {manifest['dim']}, {manifest['num_indexed_tokens']} of them in ScaNN.")
   print(_sizes(manifest))
+
+
+def _check_scann_as_configured(out_dir: str) -> None:
+  """Refuses a rerun into the complete index at `out_dir` whose ScaNN was built with other
+  settings than gin's now ("nothing to do" left the old ScaNN without a word)."""
+  manifest = files.complete_manifest(out_dir)
+  built = manifest["scann"]
+  wanted = scann.settings(scann.ScannConfig(),
+                          manifest.get("num_indexed_tokens", manifest["num_tokens"]))
+  changed = [
+      f"{key} {built.get(key)!r} there, {value!r} now" for key, value in wanted.items()
+      if built.get(key) != value
+  ]
+  if changed:
+    raise app.UsageError(
+        f"--out={out_dir} is a complete index whose ScaNN was built with other settings "
+        f"({'; '.join(changed)}); nothing was changed. Build a ScaNN of its vectors with these "
+        f"settings into a new directory: xtr-export --from_index={out_dir} --out=NEW.")
 
 
 def _parse_gin(extra_bindings: Sequence[str] = ()) -> None:
@@ -162,7 +182,7 @@ def _reprune(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> d
     raise app.UsageError("--from_index reuses an index's token vectors: it takes no "
                          "--checkpoint, --corpus or --repair.")
   source = _FROM_INDEX.value
-  if _NUM_SHARDS.value > 1:
+  if shard[1] > 1:  # --num_shards, or the processes of --multihost.
     source = files.shard_path(source, *shard)
   if not os.path.exists(os.path.join(source, files.MANIFEST)):
     raise app.UsageError(f"--from_index={source} is not a complete index (no "

@@ -101,7 +101,7 @@ class IndexWriter:
         manifest is written, which then records "vectors_stored": false.
       repair: a complete index of the same settings is verified in full (`repair_report`
         says what was found) and made resumable from its first damaged chunk; without it, it
-        raises IndexComplete.
+        raises IndexComplete. An unfinished export's completed chunks are verified likewise.
       vocabulary: the vocabulary file to copy (default: the path `model` records).
 
     Raises:
@@ -115,6 +115,7 @@ class IndexWriter:
       raise ValueError(f"prune_doc={prune_doc} needs a model with salience heads and a value in "
                        "(0, 1]")
     self.out_dir = out_dir
+    check_out_dir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     lock = os.path.join(out_dir, files.LOCK)
     self._lock = io.Lock(
@@ -189,7 +190,11 @@ class IndexWriter:
       io.write_json(os.path.join(self.out_dir, files.WRITER), self.settings)
     else:
       self.settings = previous
-    return None if manifest is None else _prepare_repair(self.out_dir, manifest)
+    if manifest is not None:
+      return _prepare_repair(self.out_dir, manifest)
+    if repair and previous is not None:
+      return _prepare_unfinished_repair(self.out_dir, self.completed_chunks())
+    return None
 
   def _copy_vocabulary(self, source: str | None) -> None:
     """Copies the model's vocabulary file from `source` into the index, unless its copy there
@@ -440,6 +445,35 @@ def drop_unstored_vectors(out_dir: str, manifest: dict[str, Any]) -> None:
         os.remove(path)
 
 
+def check_out_dir(out_dir: str) -> None:
+  """Refuses an `out_dir` that xtr did not make its own: one inside a token index, or one that
+  holds files when it holds no export (its writer.json or manifest.json); a killed export leaves
+  at most its lock and an empty chunks/ before its writer.json. An export replaces what it finds
+  at its names (doc_ids.jsonl, scann/, ...), so it never writes where these could be a user's."""
+  path = os.path.abspath(out_dir)
+  while os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+    if _holds_index(path):
+      raise ValueError(f"--out={out_dir} is inside the token index at {path}: an export there "
+                       "would change that index. Choose a directory outside it.")
+  if not os.path.isdir(out_dir) or _holds_index(out_dir):
+    return
+  chunks = os.path.join(out_dir, "chunks")
+  found = sorted(set(os.listdir(out_dir)) - {files.LOCK, "chunks"})
+  if found or os.path.lexists(chunks) and (not os.path.isdir(chunks) or os.listdir(chunks)):
+    raise ValueError(f"--out={out_dir} holds {(found or ['chunks/'])[:3]} but no {files.WRITER} "
+                     f"or {files.MANIFEST} of an xtr export: an export writes only into a new or "
+                     "empty directory, or resumes its own (whose writer.json is kept). Choose "
+                     "another --out.")
+
+
+def _holds_index(path: str) -> bool:
+  """Whether the directory `path` holds an export of xtr, complete or not."""
+  return os.path.lexists(os.path.join(
+      path, files.WRITER)) or (os.path.lexists(os.path.join(path, files.MANIFEST)) and
+                               os.path.isdir(os.path.join(path, "chunks")))
+
+
 def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
             scann_config: scann.ScannConfig | None = None,
             store_vectors: bool = True) -> dict[str, Any]:
@@ -535,6 +569,30 @@ def _regular(index_dir: str, relative: str) -> str:
   return path
 
 
+def _remove_chunk_records(out_dir: str, first: int, stop: int) -> None:
+  """Removes the records of chunks first..stop-1, last first: the chunks a resumed export
+  counts as done (`completed_chunks`, from chunk 0 to the first without a record) stay a prefix
+  of intact ones, wherever a kill stops this."""
+  for chunk in reversed(range(first, stop)):
+    if os.path.lexists(files.chunk_files(out_dir, chunk)["chunk"]):
+      os.remove(files.chunk_files(out_dir, chunk)["chunk"])
+
+
+def _prepare_unfinished_repair(out_dir: str, completed: int) -> str:
+  """`_prepare_repair` of an export that never finished (no manifest): verifies its completed
+  chunks against their records and removes the records from the first damaged one on."""
+  for chunk in range(completed):
+    paths = files.chunk_files(out_dir, chunk)
+    meta = files.read_json(paths["chunk"])
+    for name in ("vectors", "doc_index", "salience"):
+      if name in meta and (not os.path.lexists(paths[name]) or
+                           files.record(paths[name]) != meta[name]):
+        _remove_chunk_records(out_dir, chunk, completed)
+        return (f"{out_dir}: an unfinished export, {paths[name]} damaged; re-encoding from chunk "
+                f"{chunk}, then finishing the export.")
+  return f"{out_dir}: an unfinished export whose {completed} chunks verify; finishing it."
+
+
 def _prepare_repair(out_dir: str, manifest: dict[str, Any]) -> str:
   """Makes a damaged complete index resumable: the export then redoes only what is damaged.
 
@@ -560,10 +618,9 @@ def _prepare_repair(out_dir: str, manifest: dict[str, Any]) -> str:
   first_bad = bad_chunks[0] if bad_chunks else len(manifest["chunks"])
   if not manifest.get("vectors_stored", True):
     first_bad = 0  # Rebuilding ScaNN needs every token vector: re-encode them all.
+  # The records before the manifest: a repair killed in between is a repair again when rerun.
+  _remove_chunk_records(out_dir, first_bad, len(manifest["chunks"]))
   os.remove(os.path.join(out_dir, files.MANIFEST))
-  for chunk in range(first_bad, len(manifest["chunks"])):
-    if os.path.lexists(files.chunk_files(out_dir, chunk)["chunk"]):
-      os.remove(files.chunk_files(out_dir, chunk)["chunk"])
   if first_bad == len(manifest["chunks"]):
     return f"{out_dir}: every file verifies; rebuilding ScaNN, doc ids and offsets."
   found = f"damaged {damaged}" if damaged else "every file verifies (no stored vectors)"
