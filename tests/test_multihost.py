@@ -96,12 +96,25 @@ def _losses(model_dir) -> dict[int, float]:
   return losses
 
 
+def _evaluated(data_dir) -> tuple[str, ...]:
+  """Bindings of a dev evaluation at the last step (`dev_eval.DevEvaluator`) on `data_dir`."""
+  return ("from xtr.evaluation import dev_eval",
+          "trainer.train.evaluator = @dev_eval.DevEvaluator()",
+          f"dev_eval.DevEvaluator.data_dir = '{data_dir}'", "dev_eval.DevEvaluator.split = 'test'",
+          f"dev_eval.DevEvaluator.every_steps = {STEPS}", "dev_eval.DevEvaluator.sampled_docs = 5",
+          "dev_eval.DevEvaluator.doc_max_length = 32", "dev_eval.DevEvaluator.batch_size = 8")
+
+
+def _dev_ndcg(output: str) -> str:
+  return re.search(r"dev_ndcg@10 [0-9.]+", output).group(0)
+
+
 @pytest.fixture(scope="module")
-def single_process(tmp_path_factory, triples):
+def single_process(tmp_path_factory, triples, scifact_slice):
   model_dir = tmp_path_factory.mktemp("single")
-  output, = _train(model_dir, triples, 1)
+  output, = _train(model_dir, triples, 1, *_evaluated(scifact_slice))
   assert "Mesh {'data': 8, 'model': 1}" in output
-  return _losses(model_dir), encoding.load_params(str(model_dir))
+  return _losses(model_dir), encoding.load_params(str(model_dir)), _dev_ndcg(output)
 
 
 @pytest.mark.parametrize("mesh,bindings,feeds", [
@@ -110,12 +123,16 @@ def single_process(tmp_path_factory, triples):
      ("partitioning.make_mesh.num_partitions = 2",
       "partitioning.make_mesh.dcn_mesh_shape = (1, 2)"), ["block 0 of 1", "block 0 of 1"]),
 ])
-def test_two_processes_train_like_one(tmp_path, triples, single_process, mesh, bindings, feeds):
+def test_two_processes_train_like_one(tmp_path, triples, single_process, scifact_slice, mesh,
+                                      bindings, feeds):
+  """...and evaluate like one: the dev evaluation's outputs are sharded over hosts (before, every
+  process failed fetching them)."""
   del mesh
-  outputs = _train(tmp_path, triples, 2, *bindings)
+  outputs = _train(tmp_path, triples, 2, *bindings, *_evaluated(scifact_slice))
   for process, (output, block) in enumerate(zip(outputs, feeds)):
     assert re.search(f"process {process} of 2 feeds {block}", output), output[-3000:]
-  reference_losses, reference_params = single_process
+  reference_losses, reference_params, reference_ndcg = single_process
+  assert _dev_ndcg(outputs[0]) == reference_ndcg
   losses = _losses(tmp_path)
   assert sorted(losses) == list(range(1, STEPS + 1))
   np.testing.assert_allclose([losses[s] for s in sorted(losses)],
@@ -179,6 +196,15 @@ def test_each_process_exports_its_shard(exported, scifact_slice, t5_spm_path, tm
   np.testing.assert_allclose(got[0], want[0], atol=1e-5)
   for a, b in zip(got[1:], want[1:]):
     np.testing.assert_array_equal(a, b)
+  # --from_index with --multihost: process i rebuilds shard i of the sharded source (it looked
+  # for the source's own manifest, and every process refused).
+  _run_all([[
+      sys.executable, "-m", "xtr.cli.export", f"--from_index={tmp_path / 'index'}",
+      f"--out={tmp_path / 'again'}", "--multihost", f"--coordinator_address=127.0.0.1:{port}",
+      "--num_processes=2", f"--process_id={i}"
+  ] for port in [_free_port()] for i in range(2)], 4)
+  again = reader.open_index(str(tmp_path / "again"))
+  assert again.doc_ids == single.doc_ids and again.num_tokens == single.num_tokens
 
 
 def test_multihost_export_refuses_an_explicit_shard(exported, tmp_path):

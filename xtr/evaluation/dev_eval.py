@@ -17,6 +17,7 @@ from typing import Any
 import flax.linen as nn
 import gin
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from xtr.evaluation import beir_eval
@@ -91,13 +92,15 @@ class DevEvaluator:
 
   def _encode(self, apply, params, tokenizer, texts, role):
     """texts -> (vectors [N, L, D] float32, mask [N, L] bool, saliences [N, L] float32 or None),
-    in batches of batch_size rows (the last one padded: one compilation per role)."""
+    in batches of batch_size rows (the last one padded: one compilation per role). Under the
+    trainer's mesh and axis rules the outputs are sharded over its data axis, across hosts in a
+    multi-host run: each is gathered whole on every host."""
     ids = tokenization.encode_batch(tokenizer, texts, self.lengths[role])
     rows = -(-len(ids) // self.batch_size) * self.batch_size
     ids = np.pad(ids, [(0, rows - len(ids)), (0, 0)])
     outputs = [
-        jax.device_get(apply(params, ids[start:start + self.batch_size], role))
-        for start in range(0, rows, self.batch_size)
+        multihost_utils.process_allgather(apply(params, ids[start:start + self.batch_size], role),
+                                          tiled=True) for start in range(0, rows, self.batch_size)
     ]
     vectors, mask, saliences = (
         None if parts[0] is None else np.concatenate(parts)[:len(texts)] for parts in zip(*outputs))

@@ -44,11 +44,7 @@ def value_and_grad(encode: Encode, loss: Loss, params: Any, batch: dict[str, jax
     dropout_rngs: keys of the query and of the document encodings (None: no dropout).
   """
   num_queries, docs_per_query, doc_length = batch["doc_tokens"].shape
-  num_shards = mesh.shape[partitioning.DATA_AXIS]
-  if num_queries % micro_batch_size or micro_batch_size % num_shards:
-    raise ValueError(f"micro_batch_size={micro_batch_size} must divide the batch ({num_queries}) "
-                     f"and be divisible by the data axis ({num_shards}).")
-  num_micro = num_queries // micro_batch_size
+  num_micro = _num_micro(num_queries, micro_batch_size, mesh)
   split = lambda x: _split(x, num_micro, mesh)
   merge = lambda x: _merge(x, mesh)
   tokens = (jnp.arange(num_micro), split(batch["query_tokens"]), split(batch["doc_tokens"]))
@@ -83,6 +79,30 @@ def value_and_grad(encode: Encode, loss: Loss, params: Any, batch: dict[str, jax
   grads, _ = jax.lax.scan(backward, jax.tree.map(jnp.zeros_like, params),
                           (*tokens, jax.tree.map(split, cotangents)))
   return (value, metrics), grads
+
+
+def map_micro_batches(fn: Callable[[jax.Array, jax.Array], tuple[Any, Any]], batch: dict[str,
+                                                                                         jax.Array],
+                      micro_batch_size: int, mesh: Mesh) -> tuple[Any, Any]:
+  """`fn(query_tokens [u, Lq], doc_tokens [u, K, Ld])` -> (per query [u, ...], per document
+  [u·K, ...]) over the batch's micro-batches one at a time (`lax.map`), merged back into (per
+  query [B, ...], per document [C, ...]): what a forward pass without gradients (the
+  distillation teacher's) needs to hold only a micro-batch's activations."""
+  num_micro = _num_micro(batch["query_tokens"].shape[0], micro_batch_size, mesh)
+  queries, docs = jax.lax.map(lambda tokens: fn(*tokens), (_split(
+      batch["query_tokens"], num_micro, mesh), _split(batch["doc_tokens"], num_micro, mesh)))
+  merge = lambda x: _merge(x, mesh)
+  return jax.tree.map(merge, queries), jax.tree.map(merge, docs)
+
+
+def _num_micro(num_queries: int, micro_batch_size: int, mesh: Mesh) -> int:
+  """The number of micro-batches of `micro_batch_size` queries, which must divide the batch and
+  be divisible by the mesh's data size."""
+  num_shards = mesh.shape[partitioning.DATA_AXIS]
+  if num_queries % micro_batch_size or micro_batch_size % num_shards:
+    raise ValueError(f"micro_batch_size={micro_batch_size} must divide the batch ({num_queries}) "
+                     f"and be divisible by the data axis ({num_shards}).")
+  return num_queries // micro_batch_size
 
 
 def _split(x: jax.Array, num_micro: int, mesh: Mesh) -> jax.Array:

@@ -66,9 +66,14 @@ def loss_and_grads(params: Any, batch: dict[str, jax.Array], model: nn.Module,
   if teacher_params is not None:
     encode_teacher = functools.partial(encoder(model.clone(embed_dim=None, salience=None)),
                                        {"backbone": teacher_params}, rng=None)
+    encode_both = lambda queries, docs: (encode_teacher(tokens=queries, role="query"),
+                                         encode_teacher(tokens=docs.reshape(-1, docs.shape[-1]),
+                                                        role="document"))
+    # With micro-batches, the teacher holds one micro-batch's activations at a time, as the
+    # student does; its token vectors of the whole batch (which the loss reads) remain.
     teacher = jax.lax.stop_gradient(
-        (encode_teacher(tokens=batch["query_tokens"],
-                        role="query"), encode_teacher(tokens=doc_tokens, role="document")))
+        encode_both(batch["query_tokens"], batch["doc_tokens"]) if micro_batch_size is
+        None else grad_cache.map_micro_batches(encode_both, batch, micro_batch_size, mesh))
   loss = lambda queries, docs: objective_lib.loss_and_metrics(objective, queries, docs, doc_tokens,
                                                               mesh, query_chunk, teacher)
   if micro_batch_size is not None:
