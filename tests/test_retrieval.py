@@ -43,6 +43,23 @@ def _search(exported, scifact_slice, config, bindings=()):
   return data, token_index, ranker.search(encoder, token_index, data.queries, config)
 
 
+def test_a_nan_token_vector_is_refused_naming_the_document(exported, scifact_slice, tmp_path):
+  """A vector chunk of NaN with its true checksum (a forged index), retrieved by brute force:
+  xtr-search printed `NaN` scores (invalid JSON) with exit status 0."""
+  copy = tmp_path / "index"
+  shutil.copytree(exported[1], copy)
+  chunk = copy / "chunks" / "vectors-00000.npy"
+  vectors = np.load(chunk)
+  vectors[:] = np.nan
+  np.save(chunk, vectors)
+  manifest = json.loads((copy / files.MANIFEST).read_text())
+  manifest["files"]["chunks/vectors-00000.npy"] = files.record(str(chunk))
+  (copy / files.MANIFEST).write_text(json.dumps(manifest))
+  with pytest.raises(ValueError, match=r"document '.*' scores NaN: the token index holds NaN"):
+    _search((exported[0], copy), scifact_slice,
+            ranker.SearchConfig(scoring="xtr", searcher="bruteforce"))
+
+
 def test_export_writes_every_document(exported, scifact_slice):
   token_index = reader.open_index(str(exported[1]))
   token_index.verify()

@@ -177,6 +177,15 @@ def test_top_candidates(count, k):
   np.testing.assert_array_equal(top_scores, np.float32(expected_scores))
 
 
+def test_top_candidates_rank_a_nan_score_first():
+  """A NaN score (a damaged index's vectors) used to drop valid candidates (the k-th's
+  threshold compared False with it): it ranks first, where the ranker refuses it."""
+  top_ids, top_scores = search_scores.top_candidates(np.array([3, 7, 9, 12]),
+                                                     np.array([1.0, np.nan, 5.0, 2.0]), 2)
+  np.testing.assert_array_equal(top_ids, [7, 9])
+  np.testing.assert_array_equal(top_scores, np.float32([np.nan, 5.0]))
+
+
 def _naive_colbert(q, q_mask, doc) -> float:
   """Eq. 1 in loop form, in float64."""
   maxima = [

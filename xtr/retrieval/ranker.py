@@ -358,5 +358,11 @@ def exact_search(doc_ids: Sequence[str], docs: Sequence[np.ndarray], q: np.ndarr
 
 def _named(doc_ids: Sequence[str], doc_index: np.ndarray,
            scores: np.ndarray) -> list[tuple[str, float]]:
-  """Drops padding (-1) and maps doc indices to corpus ids."""
-  return [(doc_ids[d], float(s)) for d, s in zip(doc_index, scores) if d >= 0]
+  """Drops padding (-1) and maps doc indices to corpus ids; a NaN score (token vectors of NaN or
+  infinities, which only a damaged or forged index holds) is refused, naming the document."""
+  named = [(doc_ids[d], float(s)) for d, s in zip(doc_index, scores) if d >= 0]
+  for doc_id, score in named:
+    if math.isnan(score):
+      raise ValueError(f"document {doc_id!r} scores NaN: the token index holds NaN or infinite "
+                       "token vectors of it; it is damaged (re-export it).")
+  return named

@@ -200,13 +200,15 @@ def top_candidates(doc_ids: np.ndarray, scores: np.ndarray,
   Returns:
     doc_ids: [k] int32 by decreasing score, ties to the earlier candidate (the lower doc id);
       -1 past the M candidates.
-    scores: [k] float32, -inf where doc_ids is -1.
+    scores: [k] float32, -inf where doc_ids is -1; a NaN score (only a damaged index's vectors
+      give one) ranks first, where the caller sees it, rather than dropping candidates.
   """
   doc_ids, scores = np.asarray(doc_ids, np.int32), np.asarray(scores, np.float32)
+  key = np.where(np.isnan(scores), np.inf, scores)
   kept = np.arange(len(scores))
   if len(scores) > k:  # Every candidate at least as good as the k-th, in doc id order.
-    kept = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
-  order = kept[np.argsort(-scores[kept], kind="stable")][:k]
+    kept = np.flatnonzero(key >= np.partition(key, len(key) - k)[len(key) - k])
+  order = kept[np.argsort(-key[kept], kind="stable")][:k]
   missing = k - len(order)
   return (np.pad(doc_ids[order], (0, missing),
                  constant_values=-1), np.pad(scores[order], (0, missing), constant_values=-np.inf))
