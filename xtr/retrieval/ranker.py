@@ -292,18 +292,29 @@ def rank(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q:
 def _refinement(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
                 doc_ids: np.ndarray):
   """Gathers the candidates' token vectors (and saliences) once; returns `refine(alignment)`:
-  their scores [len(doc_ids)] by f_ColBERT (alignment None) or ALIGNER's sim with `alignment`."""
+  their scores [len(doc_ids)] by f_ColBERT (alignment None) or ALIGNER's sim with `alignment`,
+  NaN for a candidate with a NaN or infinite token vector (refused by `_named`: XLA's max on
+  CPU may drop a NaN, which would give the damaged document a score)."""
   vectors = token_index.doc_vectors(doc_ids)
+  finite = _finite(vectors)
   saliences = token_index.doc_saliences(doc_ids) if token_index.has_salience else None
   query_saliences = u_q if token_index.has_salience else None
 
   # The query stays padded to n tokens: every query compiles to the same shapes.
   def refine(alignment: alignment_lib.Alignment | None) -> np.ndarray:
     if alignment is None:
-      return scoring_lib.colbert_rerank(q, q_mask, vectors)
-    return scoring_lib.alignment_rerank(q, q_mask, query_saliences, vectors, saliences, alignment)
+      scores = scoring_lib.colbert_rerank(q, q_mask, vectors)
+    else:
+      scores = scoring_lib.alignment_rerank(q, q_mask, query_saliences, vectors, saliences,
+                                            alignment)
+    return np.where(finite, scores, np.nan)
 
   return refine
+
+
+def _finite(doc_vectors: Sequence[np.ndarray]) -> np.ndarray:
+  """[len(doc_vectors)] bool: whether every token vector of each document is finite."""
+  return np.array([np.isfinite(d).all() for d in doc_vectors], bool)
 
 
 def search_alignments(
@@ -342,7 +353,11 @@ def _exhaustive(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarra
 
 def exact_search(doc_ids: Sequence[str], docs: Sequence[np.ndarray], q: np.ndarray,
                  q_mask: np.ndarray, top_k: int) -> Results:
-  """Exact MaxSim top_k of queries (q [Q, n, D], q_mask [Q, n]) over docs ([len_i, D] each)."""
+  """Exact MaxSim top_k of queries (q [Q, n, D], q_mask [Q, n]) over docs ([len_i, D] each);
+  a document with a NaN or infinite token vector is refused, naming it, before any scoring."""
+  damaged = np.flatnonzero(~_finite(docs))
+  if damaged.size:
+    _named(doc_ids, damaged[:1], np.array([np.nan]))
   length = max(len(d) for d in docs)
   doc_vectors = np.zeros((len(docs), length, q.shape[-1]), np.float32)
   doc_mask = np.zeros((len(docs), length), bool)
