@@ -476,6 +476,21 @@ def test_a_resumed_export_never_writes_through_a_planted_symlink(tmp_path, plant
   assert _files(path) == _files(_index(tmp_path / "reference"))  # ... as if never attacked.
 
 
+def test_linking_a_chunk_again_leaves_one_link_and_no_temporary(tmp_path):
+  """A resumed `--from_index` links a chunk that its killed run had linked: `os.replace` of two
+  links of one file does nothing, and left `vectors.npy.tmp` in the new index."""
+  src, dst = tmp_path / "source.npy", tmp_path / "index" / "vectors.npy"
+  src.write_bytes(b"vectors")
+  dst.parent.mkdir()
+  for _ in range(2):
+    io.link_or_copy(str(src), str(dst))
+    assert os.path.samefile(src, dst) and sorted(os.listdir(dst.parent)) == ["vectors.npy"]
+  dst.unlink()
+  dst.write_bytes(b"stale")  # Another file at dst is replaced by the link.
+  io.link_or_copy(str(src), str(dst))
+  assert os.path.samefile(src, dst) and sorted(os.listdir(dst.parent)) == ["vectors.npy"]
+
+
 @pytest.mark.parametrize("planted", ["fifo", "hard link", "chunks symlink"])
 def test_a_fifo_hard_link_or_linked_directory_in_an_index_is_refused(tmp_path, planted):
   path = _killed_export(tmp_path / "index")

@@ -288,9 +288,13 @@ def digest(f: BinaryIO) -> str:
 
 def link_or_copy(src: str, dst: str) -> None:
   """Places a hard link to (or, across file systems, a copy of) the regular file `src` at `dst`,
-  through `dst.tmp` and a rename; `dst` must be absent or a regular file."""
+  through `dst.tmp` and a rename; `dst` must be absent or a regular file. A `dst` that already is
+  a link to `src` (a resumed run's) is left as it is: renaming a second link of one file over it
+  would do nothing and leave `dst.tmp` behind."""
+  source = os.lstat(src)
   regular_size(src)
-  _refuse_unless(dst, stat.S_ISREG)
+  if _refuse_unless(dst, stat.S_ISREG) and os.path.samestat(source, os.lstat(dst)):
+    return
   tmp = dst + ".tmp"
   remove_stale(tmp)
   try:
