@@ -85,11 +85,12 @@ def test_kept_tokens_by_a_loop():
   rng = np.random.default_rng(3)
   for m in (1, 5, 10, 37):
     u = rng.choice([0.0, 0.5, 1.0, 2.0], size=m)  # many ties
-    for beta in (0.05, 0.2, 0.4, 0.7, 1.0):
+    for beta in (1e-5, 0.05, 0.2, 0.4, 0.7, 1.0):
       keep = int(np.ceil(round(beta * m, 9)))
       top = sorted(range(m), key=lambda j: (-u[j], j))[:keep]
       np.testing.assert_array_equal(salience.kept(u, beta), np.isin(np.arange(m), top))
   assert salience.kept(np.ones(10), 0.7).sum() == 7  # 0.7 * 10 = 7.000000000000001
+  assert salience.kept(np.zeros(0), 0.5).sum() == 0
 
 
 def test_model_has_a_salience_head_per_role():

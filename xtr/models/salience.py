@@ -89,8 +89,10 @@ class Salience:
 
 def budget(ratio: float, lengths) -> jax.Array:
   """⌈ratio·m⌉ (as floats) for texts of m valid tokens (an int or an array), robust to ratio·m
-  landing just above an integer in floating point (0.7·10 = 7.000000000000001)."""
-  return jnp.ceil(ratio * jnp.asarray(lengths, jnp.float32) - 1e-4)
+  landing just above an integer in floating point (0.7·10 = 7.000000000000001); at least one
+  token of a text that has any, however small the ratio (β = 1e-5 kept nothing)."""
+  lengths = jnp.asarray(lengths, jnp.float32)
+  return jnp.maximum(jnp.ceil(ratio * lengths - 1e-4), jnp.minimum(lengths, 1.0))
 
 
 def kept(u: np.ndarray, beta: float) -> np.ndarray:
