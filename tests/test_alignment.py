@@ -227,6 +227,18 @@ def test_bad_settings_are_named(kwargs, message):
     alignment.sparse_alignment_scores(q, q_mask, d, d_mask, **kwargs)
 
 
+@pytest.mark.parametrize("text", [
+    "top_k:1", "top_k:16", "differentiable:4", "top_p:0.3", "top_p:0.015", "top_p:1",
+    "top_p:0.3000001", "top_p:1e-07"
+])
+def test_an_alignment_prints_as_the_text_it_parses_from(text):
+  """Its text names it in results and flags: `top_p:0.3000001` printed as `top_p:0.3`, another
+  alignment's name."""
+  parsed = alignment.Alignment.parse(text)
+  assert str(parsed) == text
+  assert alignment.Alignment.parse(str(parsed)) == parsed
+
+
 def test_top_mask_breaks_ties_to_the_lower_index_and_skips_padding():
   rng = np.random.default_rng(7)
   s = rng.choice([0.0, 0.5, 1.0], size=(6, 9)).astype(np.float32)  # many ties

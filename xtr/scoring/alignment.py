@@ -172,7 +172,11 @@ class Alignment:
                      "(0 < P <= 1) or differentiable:K")
 
   def __str__(self) -> str:
-    return f"top_p:{self.p:g}" if self.pairwise == "top_p" else f"{self.pairwise}:{self.k}"
+    """The text `parse` reads back to this alignment ("top_p:0.3", "top_p:0.3000001")."""
+    if self.pairwise != "top_p":
+      return f"{self.pairwise}:{self.k}"
+    short = f"{self.p:g}"
+    return f"top_p:{short if float(short) == self.p else repr(self.p)}"
 
   def from_token_scores(self, s: jax.Array, q_mask: jax.Array, d_mask: jax.Array,
                         u_q: jax.Array | None = None, u_d: jax.Array | None = None) -> jax.Array:
