@@ -223,7 +223,7 @@ def test_searching_every_scann_leaf_finds_at_least_what_one_leaf_finds(tmp_path)
   ])
   assert recall(1) < recall(None) < recall(30)
   assert recall(30) > 0.9
-  with pytest.raises(ValueError, match="leaves_to_search must be positive"):
+  with pytest.raises(ValueError, match="leaves_to_search must be a positive integer"):
     ranker.SearchConfig(leaves_to_search=0)
 
 

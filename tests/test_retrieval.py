@@ -1,5 +1,6 @@
 """End to end: checkpoint -> xtr-export of a SciFact slice -> search -> xtr-eval-beir."""
 import dataclasses
+import gc
 import json
 import os
 import shutil
@@ -269,6 +270,46 @@ def test_searcher_api_ranks_as_the_cli_encoding_each_query_alone(exported, scifa
     assert searcher.search([], **settings) == [], settings  # No query: no ranking, whatever way.
 
 
+def test_the_api_answers_each_query_once_quietly_and_refuses_bad_input_before_encoding(
+    exported, scifact_slice, monkeypatch, capfd):
+  """Every `Searcher.search` call ranked its first query twice (an untimed warm-up, which only the
+  CLI's latencies need) and wrote progress bars to the service's stderr; non-integer settings,
+  non-str, blank or control-character queries failed deep in numpy, JAX, ScaNN or the tokenizer,
+  after encoding every query (or were searched as if they were plain text)."""
+  model_dir, index_dir = exported
+  gin.clear_config()
+  searcher = xtr.Searcher(str(index_dir), str(model_dir))
+  retrievals = []
+  search_tokens = reader.TokenIndex.search_tokens
+  monkeypatch.setattr(
+      reader.TokenIndex, "search_tokens",
+      lambda self, q, *a, **k: retrievals.append(len(q)) or search_tokens(self, q, *a, **k))
+  for settings in ({}, {"scoring": "colbert"}, {"threads": 2}):
+    for queries in (["what causes scurvy"], ["vitamin c", "scurvy", "bones"]):
+      retrievals.clear()
+      searcher.search(queries, top_k=5, **settings)
+      assert len(retrievals) == (1 if settings.get("threads") else len(queries)), settings
+  with pytest.warns(UserWarning, match=r"query 2 \('😀😀'\) has only tokens that the vocabulary"):
+    searcher.search(["scurvy", "😀😀"], top_k=5)
+  assert len(searcher.search(["scurvy"], top_k=np.int64(3), k_prime=np.int32(50))[0]) == 3
+  assert capfd.readouterr().err == ""
+  monkeypatch.setattr(searcher.encoder, "encode_ids", lambda *a, **k: pytest.fail("encoded"))
+  for queries, error, message in [
+      (["scurvy", 42], TypeError, "query 1 is not a str but int 42"),
+      ([b"scurvy"], TypeError, "query 0 is not a str but bytes"),
+      (b"scurvy", TypeError, "not one string"),
+      (["scurvy", "  "], ValueError, "query 1 is blank"),
+      (["vitamin\x00 c"], ValueError, "query 0: control character U\\+0000 at character 8"),
+      (["vitamin \ud800 c"], ValueError, "query 0: lone surrogate U\\+D800 at character 9"),
+  ]:
+    with pytest.raises(error, match=message):
+      searcher.search(queries)
+  for name, value in [("top_k", 2.5), ("top_k", float("nan")), ("k_prime", 7.5), ("k_prime", True),
+                      ("threads", 2.5), ("leaves_to_search", 2.5)]:
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer, got {value!r}"):
+      searcher.search(["scurvy"], **{name: value})
+
+
 def test_a_search_process_imports_neither_tensorflow_nor_seqio(exported, scifact_slice):
   """xtr.Searcher in a fresh process (query encoding included: Python tokenization, ScaNN's
   pybind searcher): no TensorFlow, seqio or `scann` package, and the rankings of this process
@@ -433,10 +474,11 @@ def test_scann_in_a_helper_process_searches_as_in_this_one(exported):
   assert imported == "[]\n"  # What the helper imports before it loads: it starts in ~0.1 s.
 
 
-def test_a_helper_that_fails_or_dies_is_named(exported, tmp_path):
+def test_a_helper_that_fails_or_dies_is_named(exported, tmp_path, monkeypatch):
   """ScaNN's error in the helper's load (a damaged file that --verify=off let through) is a
   damaged index, a helper killed under a search an error; both name the ScaNN directory, and
-  neither hangs."""
+  neither hangs; the dead helper is then cleaned up quietly (its finalizer raised
+  BrokenPipeError closing the request it could not send)."""
   _, index_dir = exported
   copy = tmp_path / "index"
   shutil.copytree(index_dir, copy)
@@ -453,9 +495,15 @@ def test_a_helper_that_fails_or_dies_is_named(exported, tmp_path):
   helper = killed._shards[0]._scann  # pylint: disable=protected-access
   helper.wait()
   helper._process.kill()  # pylint: disable=protected-access
+  helper._process.wait()  # pylint: disable=protected-access
   with pytest.raises(RuntimeError,
                      match=r"the process that loads and searches ScaNN ended \(exit status -9\)"):
     killed.search(queries, 5)
+  unraisable = []  # What finalizers raise ("Exception ignored in: <finalize object ...>").
+  monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+  del killed, helper
+  gc.collect()
+  assert not unraisable
 
 
 def test_an_early_helper_is_taken_over_only_after_verification(exported, tmp_path):

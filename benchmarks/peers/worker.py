@@ -143,7 +143,7 @@ class Xtr:
     self.batch = batch
     self.q, self.q_mask = data.query_padded, data.query_mask
     self.u_q = np.ones(self.q_mask.shape, np.float32)  # No salience: f_XTR' and f_ColBERT.
-    ranker.warm_up(self.index, self.q[0], self.q_mask[0], self.u_q[0], self.config)
+    ranker.rank(self.index, self.q[0], self.q_mask[0], self.u_q[0], self.config)  # Warms up.
 
   def search(self) -> tuple[list, list]:
     names = self.index.doc_ids

@@ -97,12 +97,13 @@ def search_query_text(query: Mapping[str, str]) -> str:
 
 
 def check_plain_text(text: str) -> None:
-  """Refuses a control character other than tab (Unicode category Cc), naming it and its
-  position."""
+  """Refuses a control character other than tab (Unicode category Cc) or a lone surrogate
+  (category Cs, what JSON's \\ud800 escapes let into a str), naming it and its position."""
   for position, char in enumerate(text, start=1):
-    if unicodedata.category(char) == "Cc" and char != "\t":
-      raise ValueError(f"control character U+{ord(char):04X} at character {position}: a query "
-                       "is one line of plain text; remove it")
+    if unicodedata.category(char) in ("Cc", "Cs") and char != "\t":
+      kind = "control character" if unicodedata.category(char) == "Cc" else "lone surrogate"
+      raise ValueError(f"{kind} U+{ord(char):04X} at character {position}: a query is one line "
+                       "of plain text; remove it")
 
 
 def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[str, str]:

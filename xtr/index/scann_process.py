@@ -18,6 +18,7 @@ follows. A request is six int64 (queries Q, dim D, k, pre-reorder k, leaves, thr
 [Q, D] float32 queries; the answer, [Q, k] uint32 rows and [Q, k] float32 scores. The helper
 ends at the end of its stdin, so it ends with this process.
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -144,7 +145,8 @@ def _stop(process: subprocess.Popen, stderr) -> None:
   process.kill()
   process.wait()
   for stream in (process.stdin, process.stdout, stderr):
-    stream.close()
+    with contextlib.suppress(BrokenPipeError):  # A request left unsent by a helper that died.
+      stream.close()
 
 
 def serve() -> None:

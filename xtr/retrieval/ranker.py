@@ -17,6 +17,7 @@ salient query tokens only (ALIGNER §3.2); refinement still scores with every qu
 from concurrent import futures
 import dataclasses
 import math
+import numbers
 import sys
 import time
 from typing import Sequence
@@ -69,17 +70,17 @@ class SearchConfig:
 
   def __post_init__(self):
     registry.get(self.scoring, "search")
-    for name in ("top_k", "k_prime"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+    counts = ["top_k", "k_prime", "threads"]
+    if self.leaves_to_search is not None:
+      counts.append("leaves_to_search")
+    for name in counts:
+      value = getattr(self, name)
+      if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if isinstance(self.impute, float) and not math.isfinite(self.impute):
       raise ValueError(f"impute must be a finite number, got {self.impute}")
     if self.prune_query is not None and not 0 < self.prune_query <= 1:
       raise ValueError(f"prune_query must be in (0, 1], got {self.prune_query}")
-    if self.leaves_to_search is not None and self.leaves_to_search < 1:
-      raise ValueError(f"leaves_to_search must be positive, got {self.leaves_to_search}")
-    if self.threads < 1:
-      raise ValueError(f"threads must be positive, got {self.threads}")
 
   def within(self, token_index: reader.TokenIndex) -> "SearchConfig":
     """This config with top_k at most the index's documents and k_prime at most the tokens its
@@ -106,38 +107,41 @@ class Results:
 
 
 def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: Sequence[str],
-           config: SearchConfig, encode_alone: bool = False, progress: bool = True) -> Results:
-  """Ranks the index's documents for each query; warns of queries of unknown tokens only.
+           config: SearchConfig, encode_alone: bool = False, progress: bool = True,
+           warm_up: bool = True) -> Results:
+  """Ranks the index's documents for each query.
 
   Args:
     encode_alone: encode each query on its own and time it (`Results.encode_ms`); otherwise
       the queries are encoded in batches, which is faster for many queries.
-    progress: show a progress bar.
+    progress: show a progress bar and warn on stderr of queries of unknown tokens only
+      (`Results.unknown_only` names them either way).
+    warm_up: first answer one query untimed, so that no latency includes loading the searcher
+      or compiling (an opened index that answered once needs it no more).
   """
   check_index(config, token_index)
   if not queries:
     return Results([], np.zeros(0), encode_ms=np.zeros(0) if encode_alone else None)
   token_ids = encoder.tokenize(queries, encoder.query_max_length)  # Tokenized once.
   unknown = encoder.unknown_only(token_ids)
-  for i in unknown:
-    print(
-        f"Warning: query {i + 1} ({queries[i]!r}) has only tokens that the vocabulary does not "
-        "know: its ranking carries no information.", file=sys.stderr, flush=True)
+  for i in unknown if progress else ():
+    print(f"Warning: {unknown_message(i, queries[i])}", file=sys.stderr, flush=True)
   config = config.within(token_index)
   if not registry.SCORINGS[config.scoring].retrieves:
     q, q_mask, _ = _encode_queries(encoder, token_ids)
     return dataclasses.replace(_exhaustive(token_index, q, q_mask, config), unknown_only=unknown)
   if config.scoring == "xtr" and (config.threads > 1 or
                                   config.searcher == "device") and not encode_alone:
-    batched = _search_batches(token_index, *_encode_queries(encoder, token_ids), config, progress)
+    batched = _search_batches(token_index, *_encode_queries(encoder, token_ids), config, progress,
+                              warm_up)
     return dataclasses.replace(batched, unknown_only=unknown)
   encoded = _encoded_one_by_one(encoder, token_ids) if encode_alone else zip(
       *_encode_queries(encoder, token_ids), np.full(len(queries), np.nan))
   rankings, latency_ms, encode_ms = [], [], []
   for i, (vectors, mask, u, encode_time) in enumerate(
       tqdm.tqdm(encoded, total=len(queries), desc="search", unit="query", disable=not progress)):
-    if i == 0:
-      warm_up(token_index, vectors, mask, u, config)
+    if i == 0 and warm_up:
+      rank(token_index, vectors, mask, u, config)
     start = time.perf_counter()
     doc_index, scores = rank(token_index, vectors, mask, u, config)
     latency_ms.append(1000 * (time.perf_counter() - start))
@@ -148,15 +152,16 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
 
 
 def _search_batches(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray,
-                    u_q: np.ndarray, config: SearchConfig, progress: bool) -> Results:
+                    u_q: np.ndarray, config: SearchConfig, progress: bool,
+                    warm_up: bool) -> Results:
   """`rank_batch` over batches of QUERIES_PER_BATCH queries (q [Q, n, D], q_mask, u_q [Q, n]);
-  each query's latency is its batch's time divided by the batch's size. Untimed first, one query
-  (or for the device searcher, the first and the last batch: both shapes compiled) runs: no
-  latency includes loading the searcher or a compilation."""
+  each query's latency is its batch's time divided by the batch's size. With `warm_up`, untimed
+  first, one query (or for the device searcher, the first and the last batch: both shapes
+  compiled) runs: no latency includes loading the searcher or a compilation."""
   starts = range(0, len(q), QUERIES_PER_BATCH)
   warm_ups = [slice(s, s + QUERIES_PER_BATCH) for s in sorted({starts[0], starts[-1]})
              ] if config.searcher == "device" else [slice(0, 1)]
-  for batch in warm_ups:
+  for batch in warm_ups if warm_up else ():
     rank_batch(token_index, q[batch], q_mask[batch], u_q[batch], config)
   rankings, latency_ms = [], []
   for start in tqdm.tqdm(starts, desc="search", unit="batch", disable=not progress):
@@ -168,11 +173,10 @@ def _search_batches(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.nd
   return Results(rankings, np.asarray(latency_ms))
 
 
-def warm_up(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.ndarray, u_q: np.ndarray,
-            config: SearchConfig) -> None:
-  """Runs one query (q [n, D], q_mask [n], u_q [n]): no latency includes loading the searcher
-  or compiling the refinement."""
-  rank(token_index, q, q_mask, u_q, config)
+def unknown_message(i: int, query: str) -> str:
+  """What is said of query i (from 0) whose tokens are all unknown to the vocabulary."""
+  return (f"query {i + 1} ({query!r}) has only tokens that the vocabulary does not know: its "
+          "ranking carries no information.")
 
 
 def _encoded_one_by_one(encoder: encoding.Encoder, token_ids: np.ndarray):

@@ -8,10 +8,13 @@
 
 `search` takes `ranker.SearchConfig`'s fields as keywords (top_k, k_prime, scoring, impute,
 searcher, alignment, prune_query) and returns what `xtr-search` writes: per query, its top_k
-(doc id, score) pairs by decreasing score.
+(doc id, score) pairs by decreasing score. It prints nothing: a query whose tokens are all
+unknown to the vocabulary is reported by `warnings.warn`.
 """
 from typing import Sequence
+import warnings
 
+from xtr.data import beir_files
 from xtr.index import reader
 from xtr.models import encoding
 from xtr.models import model_spec
@@ -65,13 +68,38 @@ class Searcher:
     """Each query's top_k (doc id, score) pairs, by decreasing score.
 
     Args:
-      queries: query texts (a list, not a single string).
+      queries: query texts (a list, not a single string), each a line of plain text.
       alignment: ALIGNER's alignment (scoring="aligner"), e.g. "top_k:1" or "top_p:0.015".
       **config: the other fields of `ranker.SearchConfig`.
+
+    Raises:
+      TypeError: `queries` is one string (or bytes), or holds something else than a str.
+      ValueError: a blank query, or one with a control character or a lone surrogate (naming
+        it and the character), or a bad setting; before any query is encoded.
     """
-    if isinstance(queries, str):
-      raise TypeError("queries must be a sequence of texts, not one string: pass [query].")
+    texts = _checked(queries)
     if isinstance(alignment, str):
       alignment = alignment_lib.Alignment.parse(alignment)
     config = ranker.SearchConfig(top_k=top_k, k_prime=k_prime, alignment=alignment, **config)
-    return ranker.search(self.encoder, self.index, list(queries), config).rankings
+    # Loading and compiling happen in the first call, once: no query is answered twice.
+    results = ranker.search(self.encoder, self.index, texts, config, progress=False, warm_up=False)
+    for i in results.unknown_only:
+      warnings.warn(ranker.unknown_message(i, texts[i]), stacklevel=2)
+    return results.rankings
+
+
+def _checked(queries: Sequence[str]) -> list[str]:
+  """The query texts of `queries`, refused as `Searcher.search` says."""
+  if isinstance(queries, (str, bytes)):
+    raise TypeError("queries must be a sequence of texts, not one string: pass [query].")
+  texts = list(queries)
+  for i, text in enumerate(texts):
+    if not isinstance(text, str):
+      raise TypeError(f"query {i} is not a str but {type(text).__name__} {text!r}")
+    if not text.strip():
+      raise ValueError(f"query {i} is blank: it has nothing to search for")
+    try:
+      beir_files.check_plain_text(text)
+    except ValueError as e:
+      raise ValueError(f"query {i}: {e}") from None
+  return texts
