@@ -3,6 +3,7 @@ length_bucket, rows split over the devices: each equal to one batch of the full 
 import gin
 import jax
 import numpy as np
+import pytest
 
 from tests import retrieval_setup
 from xtr import cli
@@ -97,3 +98,11 @@ def test_bfloat16_compute_encodes_within_its_rounding_and_says_so(tmp_path, t5_s
   assert got[0].dtype == np.float32
   error = np.abs(got[0] - want[0])[want[1]].max()
   assert 1e-4 < error < 5e-2  # bfloat16 has 8 bits of mantissa: ~0.4 % per operation.
+
+
+def test_a_vocabulary_larger_than_the_embedding_table_is_refused(tmp_path, t5_spm_path):
+  """T5's 32,100 pieces over a table of 32,000 rows: the last ids' vectors were NaN, silently."""
+  with pytest.raises(
+      ValueError, match="has 32,100 tokens, more than the 32,000 rows of the "
+      "model's embedding table"):
+    _encoder(tmp_path / "model", t5_spm_path, "t5.T5Config.vocab_size = 32000")

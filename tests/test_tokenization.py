@@ -169,6 +169,8 @@ def _wordpiece_json(vocab: dict) -> bytes:
     }), "the ids of model.vocab are not 0 to 1, once each"),
     ("vocab.txt", b"[PAD]\n\xff\xfe\n", "is not a WordPiece vocabulary: invalid UTF-8 at byte 7"),
     ("vocab.txt", b"[PAD]\nthe\n[UNK]\n", r"lacks the special tokens \['\[CLS\]', '\[SEP\]'\]"),
+    ("vocab.txt", b"[PAD]\n[CLS]\nthe\n[SEP]\nthe\n[UNK]\n",
+     "line 5 holds the token 'the', as line 3 does: a vocabulary holds each token once"),
     ("tokenizer.json", _wordpiece_json({}), "id 0 must be \\[PAD\\], not 'missing'"),
 ])
 def test_a_forged_vocabulary_is_refused_naming_the_file(tmp_path, name, content, message):

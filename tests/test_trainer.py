@@ -546,3 +546,27 @@ def test_a_second_run_into_one_model_dir_is_refused(tmp_path, msmarco_triples_pa
     assert lock_path.read_bytes() == held
     assert not (tmp_path / "checkpoints").exists()
   assert not lock_path.exists()
+
+
+@pytest.mark.parametrize("vocabulary", ["fifo", "garbage", "too large"])
+def test_a_vocabulary_the_model_cannot_embed_is_refused_before_any_data(
+    tmp_path, msmarco_triples_path, t5_spm_path, vocabulary):
+  """A T5_SPM_PATH that is a FIFO hung `xtr-train` inside tf.data, garbage failed there in a
+  traceback that did not name the file, and a vocabulary of more pieces than the model's
+  embedding rows trained on ids past its table."""
+  path, rows, message = tmp_path / "spiece.model", 32128, ""
+  if vocabulary == "fifo":
+    os.mkfifo(path)
+    message = "is a FIFO, not a regular file"
+  elif vocabulary == "garbage":
+    path.write_bytes(b"\x00\x01forged")
+    message = "is not a SentencePiece model"
+  else:
+    path, rows = t5_spm_path, 32000  # 32,000 pieces and 100 sentinels.
+    message = ("has 32,100 tokens, more than the 32,000 rows of the model's embedding table "
+               r"\(vocab_size\)")
+  with pytest.raises((ValueError, io.UnsafeFileError), match=f"{re.escape(str(path))}:? {message}"):
+    _train_smoke_in_process(f"MODEL_DIR = '{tmp_path / 'model'}'",
+                            f"TRIPLES_PATH = '{msmarco_triples_path}'", f"T5_SPM_PATH = '{path}'",
+                            f"t5.T5Config.vocab_size = {rows}")
+  assert not (tmp_path / "model").exists()

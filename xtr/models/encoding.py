@@ -127,6 +127,7 @@ class Encoder:
     self.length_bucket = length_bucket
     self.model = model
     self.tokenizer = tokenization.of(vocabulary)
+    xtr_encoder.check_vocabulary(model, self.tokenizer)
     self.query_max_length = query_max_length
     self.doc_max_length = doc_max_length
     self.batch_size = batch_size

@@ -78,6 +78,18 @@ def in_layout(model: XTREncoder, params: Any) -> Any:
   }
 
 
+def check_vocabulary(model: XTREncoder, tokenizer: Any) -> None:
+  """Refuses a tokenizer (`xtr.text.tokenization`) whose ids reach past the model's embedding
+  table: they would read outside it (NaN token vectors at inference, no error), naming the
+  vocabulary file and both sizes."""
+  rows = model.backbone.config.vocab_size
+  if tokenizer.size > rows:
+    raise ValueError(f"The vocabulary {tokenizer.path} has {tokenizer.size:,} tokens, more than "
+                     f"the {rows:,} rows of the model's embedding table (vocab_size): ids from "
+                     f"{rows:,} on have no embedding. Use the model's own vocabulary (check its "
+                     "gin binding).")
+
+
 def with_scan_layers(model: XTREncoder, scan_layers: bool) -> XTREncoder:
   """`model` with its backbone's layers scanned or not (the same parameters, laid out as
   `in_layout` lays them)."""

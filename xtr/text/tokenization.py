@@ -64,11 +64,23 @@ def read_wordpiece_tokens(path: str) -> list[str]:
     raise ValueError(f"{path} is not a WordPiece vocabulary: invalid UTF-8 at byte "
                      f"{e.start + 1}.") from None
   if not path.endswith(".json"):
-    return text.rstrip("\n").split("\n")
+    return _unique_lines(path, text.rstrip("\n").split("\n"))
   vocab = _uncased_wordpiece_vocab(path, text)
   if sorted(vocab.values()) != list(range(len(vocab))):
     raise ValueError(f"{path}: the ids of model.vocab are not 0 to {len(vocab) - 1}, once each.")
   return sorted(vocab, key=vocab.get)
+
+
+def _unique_lines(path: str, tokens: list[str]) -> list[str]:
+  """The tokens of a vocab.txt (id = line - 1); refuses one on two lines (inference would take
+  the later id, training's TF tokenizer fails), naming both."""
+  first = {}
+  for line, token in enumerate(tokens, start=1):
+    if token in first:
+      raise ValueError(f"{path}: line {line} holds the token {token!r}, as line {first[token]} "
+                       "does: a vocabulary holds each token once.")
+    first[token] = line
+  return tokens
 
 
 def _uncased_wordpiece_vocab(path: str, text: str) -> dict[str, int]:

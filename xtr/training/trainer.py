@@ -22,6 +22,8 @@ import numpy as np
 from xtr import io
 from xtr import typecheck
 from xtr.data import pipeline
+from xtr.models import xtr_encoder
+from xtr.text import tokenization
 from xtr.training import checkpoints
 from xtr.training import initialization as initialization_lib
 from xtr.training import objective as objective_lib
@@ -75,6 +77,9 @@ def train(
       `dev_eval.DevEvaluator` (nDCG@10 of a dev split).
   """
   typecheck.arguments(train, locals())
+  # Read and checked here, before TensorFlow reads it lazily (a FIFO hung it, damage was a
+  # traceback hundreds of lines long).
+  xtr_encoder.check_vocabulary(model, tokenization.of(vocabulary))
   objective = _for_model(objective, model)
   distillation = objective.distillation
   if distillation and initialization.pretrained_backbone is None:
