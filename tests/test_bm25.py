@@ -1,5 +1,6 @@
 """Tests of xtr/data/bm25.py and the BM25 hard negatives of xtr/data/tasks/beir.py."""
 import collections
+import hashlib
 import math
 import pathlib
 
@@ -9,6 +10,7 @@ import pytest
 import seqio
 import tensorflow as tf
 
+from xtr import io
 from xtr.data import bm25
 from xtr.data.tasks import beir
 from xtr.evaluation import beir_eval
@@ -92,6 +94,51 @@ def scifact_train():
   return beir.load_pairs(SCIFACT, "train")
 
 
+def _forge(top: np.ndarray, damage: str) -> np.ndarray:
+  """The cached ranks `top` damaged as `damage` says."""
+  forged = top.copy()
+  if damage == "permuted row":
+    forged[0] = np.roll(forged[0], 1)
+  elif damage == "past the corpus":
+    forged[0, 0] = 10**6
+  elif damage == "another depth":
+    forged = forged[:, :3]
+  return forged
+
+
+@pytest.mark.parametrize(
+    "damage", ["permuted row", "past the corpus", "another depth", "truncated", "no checksum"])
+def test_damaged_cached_ranks_are_mined_again(scifact_train, tmp_path, damage, caplog):
+  """A cache file was read back as it was: a row of other documents drew other negatives, ids
+  past the corpus failed later in tf.gather, a truncated file was an unnamed ValueError; a
+  symlink in its place is neither read nor written through."""
+  top = beir.bm25_top_docs(scifact_train, 30, tmp_path)
+  (path,) = tmp_path.glob("*.npy")
+  if damage == "truncated":
+    path.write_bytes(path.read_bytes()[:1000])
+  elif damage == "no checksum":
+    (tmp_path / f"{path.name}.sha256").unlink()
+  else:
+    recorded = (tmp_path / f"{path.name}.sha256").read_bytes()
+    np.save(path, _forge(top, damage))
+    if damage != "permuted row":  # A checksum that matches: the shape and range are checked.
+      recorded = hashlib.sha256(path.read_bytes()).hexdigest().encode()
+    (tmp_path / f"{path.name}.sha256").write_bytes(recorded)
+  with caplog.at_level("WARNING"):
+    again = beir.bm25_top_docs(scifact_train, 30, tmp_path)
+  np.testing.assert_array_equal(again, top)
+  assert f"The cached BM25 ranks {path} are damaged" in caplog.text
+  caplog.clear()
+  np.testing.assert_array_equal(beir.bm25_top_docs(scifact_train, 30, tmp_path), top)
+  assert not caplog.text  # Mined again, it was cached again.
+  elsewhere = tmp_path / "elsewhere.npy"
+  path.rename(elsewhere)
+  path.symlink_to(elsewhere)
+  with pytest.raises(io.UnsafeFileError, match=f"{path} is a symbolic link"):
+    beir.bm25_top_docs(scifact_train, 30, tmp_path)
+  np.testing.assert_array_equal(np.load(elsewhere), top)
+
+
 def _candidates(data: beir.BeirPairs, top: np.ndarray) -> list[list[int]]:
   """Each query's top documents that are matched (>= 0) and not its positives, in BM25 order."""
   positives = collections.defaultdict(set)
@@ -111,11 +158,11 @@ def test_bm25_top_docs_are_mined_once_and_cached(scifact_train, tmp_path, monkey
   monkeypatch.setattr(beir, "_mine_bm25", counted_mine)
   top = beir.bm25_top_docs(scifact_train, 30, tmp_path)
   assert len(calls) == 1 and top.shape == (809, 30) and top.dtype == np.int64
-  assert [p.suffix for p in tmp_path.iterdir()] == [".npy"]  # no temporary file left
+  assert sorted(p.suffix for p in tmp_path.iterdir()) == [".npy", ".sha256"]  # no temporary
   np.testing.assert_array_equal(beir.bm25_top_docs(scifact_train, 30, tmp_path), top)
   assert len(calls) == 1  # read back, not mined again
   beir.bm25_top_docs(scifact_train, 10, tmp_path)
-  assert len(calls) == 2 and len(list(tmp_path.iterdir())) == 2  # another depth: another key
+  assert len(calls) == 2 and len(list(tmp_path.iterdir())) == 4  # another depth: another key
 
   doc_ids = [str(i) for i in range(len(scifact_train.docs))]
   indices, scores = bm25.Bm25(doc_ids, scifact_train.docs).top_k(scifact_train.queries, 30)
@@ -157,6 +204,18 @@ def test_bm25_negatives_through_gin(scifact_train, tmp_path):
   for (q, _), negative in zip(scifact_train.pairs, first):
     assert negative in {scifact_train.docs[d] for d in candidates[q]}
   assert negatives(0) == first and negatives(1) != first
+
+
+def test_a_bm25_negative_is_never_a_twin_of_a_positive(tmp_path):
+  """A corpus holding "The cat sat ..." twice: with the first a positive of 'cat mat', its twin
+  (BM25's best match after it) was drawn as the query's negative."""
+  docs = DOCS + (DOCS[0],)
+  data = beir.BeirPairs(queries=("cat mat",), docs=docs, pairs=np.array([[0, 0]], np.int64))
+  top = beir.bm25_top_docs(data, 5, str(tmp_path))[0]
+  assert len(docs) - 1 in top.tolist()
+  sample = tf.function(beir.bm25_negative(data, depth=5, cache_dir=tmp_path))
+  drawn = {int(sample(tf.constant(0, tf.int64), tf.constant([i, 7], tf.int64))) for i in range(200)}
+  assert drawn == set(top[top >= 0].tolist()) - {0, len(docs) - 1}
 
 
 def test_bm25_negative_without_candidates_is_uniform_or_names_the_query(tmp_path):

@@ -223,6 +223,22 @@ def test_uniform_negative_is_the_rth_non_positive():
     assert counts.min() > 0.5 * 200 / len(candidates)
 
 
+def test_a_twin_of_a_positive_is_never_a_negative():
+  """Documents 1 and 4 share a text (as 80 of NFCorpus's do): with document 1 a positive of
+  q0, document 4 was drawn as q0's negative, the same text pushed up and down."""
+  data = beir.BeirPairs(queries=("q0", "q1"), docs=("d0", "twin", "d2", "d3", "twin", "d5"),
+                        pairs=np.array([[0, 1], [1, 3]], np.int64))
+  np.testing.assert_array_equal(beir.excluded_pairs(data), [[0, 1], [0, 4], [1, 3]])
+  sample = beir.uniform_negative(data)
+  drawn = {
+      query: {
+          int(sample(tf.constant(query, tf.int64), tf.constant([s, 7], tf.int64)))
+          for s in range(200)
+      } for query in (0, 1)
+  }
+  assert drawn == {0: {0, 2, 3, 5}, 1: {0, 1, 2, 4, 5}}
+
+
 def test_beir_task_negatives_are_seeded_and_fresh_each_epoch(vocab, scifact_dir):
   gin.bind_parameter("tasks.beir.load_pairs.data_dir", str(scifact_dir))
   tasks.register_tasks(vocab)

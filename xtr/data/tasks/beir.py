@@ -14,7 +14,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import tempfile
 
 from absl import logging
 import gin
@@ -22,6 +21,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
+from xtr import io
 from xtr.data import beir_files
 from xtr.data import bm25
 
@@ -95,13 +95,26 @@ def _pairs(data_dir: str | None) -> BeirPairs:
   return load_pairs() if data_dir is None else load_pairs(data_dir)
 
 
-def uniform_negative(data: BeirPairs) -> Sample:
-  """Draws a corpus document uniformly from those that are not positives of the query.
+def excluded_pairs(data: BeirPairs) -> np.ndarray:
+  """[E, 2] int64 (query index, corpus index), sorted and unique, of the documents no negative of
+  a query may be: its positives and every document of the same text as one of them (NFCorpus
+  holds 40 groups of identical documents: one was drawn as the negative of its twin)."""
+  twins: dict[str, list[int]] = {}
+  for i, text in enumerate(data.docs):
+    twins.setdefault(text, []).append(i)
+  rows = [(q, twin) for q, d in data.pairs.tolist() for twin in twins[data.docs[d]]]
+  return np.unique(np.array(rows, np.int64).reshape(-1, 2), axis=0)
 
-  Draws r in [0, N - k) for the query's k positives p_0 < ... < p_{k-1}; the r-th non-positive
-  is r + #{i : p_i - i <= r} (p_i - i counts the non-positives before p_i).
+
+def uniform_negative(data: BeirPairs) -> Sample:
+  """Draws a corpus document uniformly from those that the query's negatives may be
+  (`excluded_pairs`).
+
+  Draws r in [0, N - k) for the query's k excluded documents p_0 < ... < p_{k-1}; the r-th other
+  document is r + #{i : p_i - i <= r} (p_i - i counts the documents before p_i that are not
+  excluded).
   """
-  by_query = data.pairs[np.lexsort((data.pairs[:, 1], data.pairs[:, 0]))]
+  by_query = excluded_pairs(data)
   starts = np.searchsorted(by_query[:, 0], np.arange(len(data.queries) + 1))
   if np.diff(starts).max() >= len(data.docs):
     raise ValueError("A query has every corpus document as a positive: no negative to sample.")
@@ -122,7 +135,7 @@ def bm25_negative(data: BeirPairs, depth: int = 100, cache_dir: str = "~/.cache/
                   without_candidates: str = "uniform") -> Sample:
   """Draws a BM25 hard negative uniformly from the query's top-`depth` BM25 documents
   (`bm25_top_docs`, mined once and cached in `cache_dir`) that are neither positives of the query
-  nor unmatched (score 0).
+  (nor of their text, `excluded_pairs`) nor unmatched (score 0).
 
   A query may have no such document (NFCorpus has queries whose top 100 are all positives):
   without_candidates="uniform" draws its negatives as `uniform_negative` does (logging how many
@@ -136,7 +149,8 @@ def bm25_negative(data: BeirPairs, depth: int = 100, cache_dir: str = "~/.cache/
                      "'uniform' or 'error'.")
   top = bm25_top_docs(data, depth, cache_dir)
   num_docs = len(data.docs)
-  pair_keys = data.pairs[:, 0] * num_docs + data.pairs[:, 1]  # (query, doc) -> one int64
+  excluded = excluded_pairs(data)
+  pair_keys = excluded[:, 0] * num_docs + excluded[:, 1]  # (query, doc) -> one int64
   is_positive = np.isin(np.arange(len(data.queries))[:, None] * num_docs + top, pair_keys)
   candidate = (top >= 0) & ~is_positive
   counts = candidate.sum(axis=1)
@@ -167,7 +181,9 @@ def bm25_top_docs(data: BeirPairs, depth: int, cache_dir: str) -> np.ndarray:
   defaults) by corpus index, best first, -1 where a document matches no query token.
 
   Mined once, then read from `cache_dir/<key>.npy`; the key hashes the queries, the documents,
-  `depth` and the BM25 settings, so changed data are mined afresh.
+  `depth` and the BM25 settings, so changed data are mined afresh. The file's sha256 is kept
+  beside it (`<key>.npy.sha256`): a cached file that does not match it, or that is not
+  [Q, min(depth, N)] int64 in [-1, N), is mined again (a warning names it).
   """
   settings = {
       "bm25s": importlib.metadata.version("bm25s"),
@@ -178,19 +194,39 @@ def bm25_top_docs(data: BeirPairs, depth: int, cache_dir: str) -> np.ndarray:
   key = hashlib.sha256(json.dumps([settings, data.queries, data.docs]).encode()).hexdigest()
   cache_dir = os.path.expanduser(cache_dir)
   path = os.path.join(cache_dir, f"{key}.npy")
-  if os.path.exists(path):
-    return np.load(path)
-  top = _mine_bm25(data, depth)
-  os.makedirs(cache_dir, exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=cache_dir, suffix=".tmp", delete=False) as f:
-    try:
-      np.save(f, top)
-      f.flush()
-      os.fsync(f.fileno())
-    except BaseException:
-      os.remove(f.name)
-      raise
-  os.replace(f.name, path)  # atomic: readers see no file or a complete one
+  shape = (len(data.queries), min(depth, len(data.docs)))
+  top = _cached(path, shape, len(data.docs))
+  if top is None:
+    top = _mine_bm25(data, depth)
+    os.makedirs(cache_dir, exist_ok=True)
+    # Unique temporaries and renames: hosts mining the same data at once write the same bytes.
+    io.atomic_write(path, lambda f: np.save(f, top), unique=True)
+    io.atomic_write(path + ".sha256", lambda f: f.write(io.sha256(path).encode()), unique=True)
+  return top
+
+
+def _cached(path: str, shape: tuple[int, int], num_docs: int) -> np.ndarray | None:
+  """The BM25 ranks cached at `path` if they are as `bm25_top_docs` says, else None."""
+  if not os.path.lexists(path):
+    return None
+  try:
+    with io.open_regular(path + ".sha256") as f:
+      recorded = f.read(64).decode("ascii", "replace")
+    with io.open_regular(path) as f:
+      if os.fstat(f.fileno()).st_size > 8 * shape[0] * shape[1] + 4096:
+        raise ValueError("it is larger than its ranks")
+      if io.digest(f) != recorded:
+        raise ValueError("its sha256 is not the one recorded beside it")
+      f.seek(0)
+      top = np.load(f, allow_pickle=False)
+    if top.dtype != np.int64 or top.shape != shape or (top.size and
+                                                       (top.min() < -1 or top.max() >= num_docs)):
+      raise ValueError(f"it holds {top.dtype} {top.shape}, not int64 {shape} in [-1, {num_docs})")
+  except io.UnsafeFileError:
+    raise  # Neither read nor replaced: a symlink or FIFO in the cache is not one of its files.
+  except (OSError, ValueError, EOFError) as e:
+    logging.warning("The cached BM25 ranks %s are damaged (%s): mining them again.", path, e)
+    return None
   return top
 
 
