@@ -108,7 +108,7 @@ def test_a_checkpoint_of_another_token_dim_is_named(exported, tmp_path, t5_spm_p
   token_index = reader.open_index(str(exported[1]))
   with pytest.raises(
       ValueError, match=r"does not fit the model of the index \(manifest\): token "
-      r"dim 128 \(index\) vs 64 \(checkpoint\)"):
+      r"dim 128 \(model\) vs 64 \(checkpoint\)"):
     model_spec.encoder(token_index.manifest["model"], "manifest",
                        encoding.load_params(str(tmp_path / "model64")), "model64",
                        token_index.vocabulary_file())

@@ -1,12 +1,18 @@
 """Tests for xtr/cli/demo.py's evaluation sets (the demo itself is `make demo`)."""
 import json
+import shutil
 import types
 
+import gin
 import numpy as np
 import pytest
 
+from tests import retrieval_setup
+from xtr import cli
 from xtr.cli import demo
 from xtr.evaluation import beir_eval
+from xtr.index import files
+from xtr.models import encoding
 from xtr.retrieval import ranker
 
 
@@ -24,6 +30,15 @@ def test_wise_ft_without_initial_parameters_is_refused_before_training(tmp_path)
                      match="needs initialization.Initialization.save_initial_params = True"):
     demo.run(out_dir=str(tmp_path), model_dir=str(tmp_path / "model"), data_dir="data/scifact",
              model=None, vocabulary=None, pretrained_backbone=None, wise_ft_alpha=0.5)
+
+
+@pytest.mark.parametrize("alpha", [1.5, -0.1, float("nan")])
+def test_a_wise_ft_alpha_outside_its_interval_is_refused_before_training(tmp_path, alpha):
+  """It was refused by the interpolation, after the whole fine-tuning."""
+  with pytest.raises(ValueError,
+                     match=r"demo.run.wise_ft_alpha = .*: expected a number in \[0, 1\]"):
+    demo.run(out_dir=str(tmp_path), model_dir=str(tmp_path / "model"), data_dir="data/scifact",
+             model=None, vocabulary=None, pretrained_backbone=None, wise_ft_alpha=alpha)
 
 
 class _Started(Exception):
@@ -90,3 +105,28 @@ def test_each_steps_time_is_printed_and_recorded(scifact_slice, tmp_path, monkey
   printed = capsys.readouterr().out
   for number, (title, seconds) in enumerate(want.items(), 1):
     assert f"== {number}/4 {title}\n" in printed and f"   {title}: {seconds} s\n" in printed
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_an_index_of_another_step_of_the_run_is_exported_again(exported, scifact_slice, tmp_path,
+                                                               t5_spm_path, capsys, finished):
+  """The demo reused any index with a manifest: trained on, it searched the earlier step's index
+  with the new model (0.7678 where a fresh index gave 0.7096, exit 0)."""
+  index = tmp_path / "index"
+  shutil.copytree(exported[1], index)
+  if not finished:  # A killed export of the earlier step: its writer.json, no manifest.
+    (index / files.MANIFEST).unlink()
+  retrieval_setup.random_checkpoint(tmp_path / "later", 1, t5_spm_path, *cli.ENCODER_BINDINGS)
+  try:
+    data = beir_eval.load_beir(str(scifact_slice), "test")
+    results = demo._xtr(
+        str(tmp_path / "later"),
+        data,
+        str(index),  # pylint: disable=protected-access
+        ranker.SearchConfig(k_prime=50))
+  finally:
+    gin.clear_config()
+  later = encoding.fingerprint(encoding.load_params(str(tmp_path / "later")))
+  assert files.read_json(str(index / files.MANIFEST))["fingerprint"] == later
+  assert "holds the index of another step of the run: exporting it again" in capsys.readouterr().out
+  assert len(results.rankings) == len(data.query_ids)

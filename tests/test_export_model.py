@@ -2,17 +2,22 @@
 sentence-transformers layout of the released XTR, read back by xtr to the same token vectors and
 by transformers and torch to token vectors within 1e-4; refusals."""
 import json
+import re
 import shutil
 
 import gin
+import jax
 import numpy as np
 import pytest
+import safetensors
 import safetensors.torch
 import torch
 import transformers
 
 from tests import retrieval_setup
 from tests.retrieval_setup import run_tool
+from xtr import cli
+from xtr.models import encoding
 from xtr.models import released
 
 TEXTS = [
@@ -137,6 +142,47 @@ def test_an_existing_out_or_a_salience_model_is_refused(tmp_path, t5_spm_path):
                     f"--checkpoint={tmp_path / 'aligner'}", f"--out={tmp_path / 'aligner_out'}")
   assert result.returncode == 2 and "salience heads" in result.stderr, result.stderr
   assert not (tmp_path / "aligner_out").exists()
+
+
+@pytest.mark.parametrize("binding, problem", [
+    ("xtr_encoder.XTREncoder.embed_dim = None",
+     r"parameter \['projection'\]\['kernel'\]: None \(model\) vs \(64, 128\) \(checkpoint\)"),
+    ("t5.T5Config.mlp_dim = 256", r"parameter \[.*\]: \(.*256.*\) \(model\) vs"),
+])
+def test_a_checkpoint_the_gin_model_does_not_fit_is_refused(tmp_path, t5_spm_path, binding,
+                                                            problem):
+  """Exported under a model without a projection, a trained one was replaced by an identity;
+  with another MLP width, config.json said 256 over weights of 128; both exit 0."""
+  retrieval_setup.random_checkpoint(tmp_path / "model", 0, t5_spm_path)
+  gin.clear_config()
+  result = run_tool("xtr.cli.export_model", "--gin_file=gin/models/t5_1_1_tiny.gin",
+                    f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'", f"--gin_bindings={binding}",
+                    f"--checkpoint={tmp_path / 'model'}", f"--out={tmp_path / 'out'}")
+  assert result.returncode == 2
+  assert re.search(f"does not fit the model of the gin files: {problem}", result.stderr)
+  assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_write_leaves_no_out(tmp_path, t5_spm_path, monkeypatch):
+  """A full disk left --out with its json files and no weights (a rerun refused: --out exists)
+  and a safetensors traceback; now nothing is left, and the error names the file."""
+  retrieval_setup.random_checkpoint(tmp_path / "model", 0, t5_spm_path, *cli.ENCODER_BINDINGS)
+  try:
+    encoder = encoding.Encoder(encoding.load_params(str(tmp_path / "model")))
+  finally:
+    gin.clear_config()
+
+  def full(tensors, path):
+    raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on "
+                                      "device (os error 28)")
+
+  monkeypatch.setattr(released.safetensors_numpy, "save_file", full)
+  with pytest.raises(
+      OSError, match=r"cannot write .*/out.tmp-\d+/model.safetensors: .*No space "
+      r"left on device.*; free space \(or write elsewhere\) and rerun"):
+    released.write(str(tmp_path / "out"), encoder.model, jax.device_get(encoder.params),
+                   encoder.tokenizer, 64)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
 def test_a_bert_config_without_a_key_is_refused_naming_the_file(exported, tmp_path):

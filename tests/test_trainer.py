@@ -570,3 +570,26 @@ def test_a_vocabulary_the_model_cannot_embed_is_refused_before_any_data(
                             f"TRIPLES_PATH = '{msmarco_triples_path}'", f"T5_SPM_PATH = '{path}'",
                             f"t5.T5Config.vocab_size = {rows}")
   assert not (tmp_path / "model").exists()
+
+
+def test_a_preemption_notice_raises_preempted_after_saving_its_step(tmp_path, msmarco_triples_path,
+                                                                    t5_spm_path):
+  """`trainer.train` returned normally after a SIGTERM, so `xtr-demo` went on to interpolate,
+  export and evaluate the step it stopped at, and wrote that model's metrics, exit 0."""
+
+  def sigterm_at_step_2(step, *unused):
+    if step == 2:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return {}
+
+  gin.clear_config()
+  gin.parse_config_files_and_bindings([str(REPO / "gin/runs/smoke_msmarco.gin")], [
+      f"MODEL_DIR = '{tmp_path}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+      f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 6"
+  ])
+  try:
+    with pytest.raises(trainer.Preempted) as preempted:
+      trainer.train(evaluator=sigterm_at_step_2)
+  finally:
+    gin.clear_config()
+  assert preempted.value.code == 0 and _steps(tmp_path) == [2]

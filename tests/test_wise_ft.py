@@ -66,6 +66,26 @@ def test_command_interpolates_a_run_with_its_saved_initial_parameters(tmp_path,
       f"--out={out}"
   ], capture_output=True, text=True)
   assert again.returncode != 0 and f"--out={out} exists" in again.stderr
+  for inside in (model_dir / "checkpoints" / "9", model_dir / "initial" / "x", model_dir):
+    refused = subprocess.run([
+        str(REPO / ".venv/bin/xtr-wise-ft"), f"--checkpoint={model_dir}", "--alpha=0.25",
+        f"--out={inside}"
+    ], capture_output=True, text=True)  # It became the run's latest step, or its θ_0.
+    assert refused.returncode == 2 and "lies in the checkpoints of" in refused.stderr
+    assert not inside.exists() or inside == model_dir
+  killed = tmp_path / "killed"  # All that a write killed under orbax leaves: written again.
+  (killed / "state.orbax-checkpoint-tmp-1").mkdir(parents=True)
+  subprocess.run([
+      str(REPO / ".venv/bin/xtr-wise-ft"), f"--checkpoint={model_dir}", "--alpha=0.25",
+      f"--out={killed}"
+  ], check=True, capture_output=True)
+  assert encoding.fingerprint(encoding.load_params(str(killed))) == encoding.fingerprint(mixed)
+  # The demo's θ_α, interpolated again once the run has trained on (it was kept as it was).
+  assert wise_ft.write(str(model_dir), 0.25, str(out))
+  _train_smoke_in_process(f"MODEL_DIR = '{model_dir}'", f"TRIPLES_PATH = '{msmarco_triples_path}'",
+                          f"T5_SPM_PATH = '{t5_spm_path}'", "trainer.train.num_steps = 4",
+                          "initialization.Initialization.save_initial_params = True")
+  assert not wise_ft.write(str(model_dir), 0.25, str(out))
 
 
 def test_command_says_how_to_save_the_initial_parameters(tmp_path):

@@ -277,8 +277,16 @@ def check_output_files(**paths: str | None) -> None:
       given[name] = flag
 
 
+# The tools' inputs: an output is never written over one of them, or inside an index or a
+# checkpoint (over a file of a data directory neither).
+_INPUT_FILES = ("queries", "vocabulary", "compare")
+_INPUT_DIRS = ("index", "checkpoint")
+
+
 def check_output_file(flag: str, path: str | None) -> None:
-  """Refuses --flag=path, before any work, if it is a directory or its directory is missing."""
+  """Refuses --flag=path, before any work, if it is a directory, its directory is missing, or
+  it is one of the tool's inputs (`_INPUT_FILES`), inside `_INPUT_DIRS` or a file of --data_dir
+  (a report over the qrels, or over an index's manifest, destroyed them)."""
   if path in (None, "-"):
     return
   if os.path.isdir(path):
@@ -286,6 +294,18 @@ def check_output_file(flag: str, path: str | None) -> None:
   parent = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(parent):
     raise app.UsageError(f"--{flag}={path}: the directory {parent} does not exist.")
+  target = os.path.realpath(path)
+  for name in _INPUT_FILES + _INPUT_DIRS + ("data_dir",):
+    given = flags.FLAGS[name].value if name in flags.FLAGS else None
+    for value in given if isinstance(given, list) else [given]:
+      if not value or value == "-" or io.is_remote(value):
+        continue
+      source = os.path.realpath(value)
+      inside = target.startswith(os.path.join(source, ""))
+      if (target == source or (inside and name in _INPUT_DIRS) or
+          (inside and name == "data_dir" and os.path.exists(target))):
+        raise app.UsageError(f"--{flag}={path} would write over --{name}={value}"
+                             f"{' (a file inside it)' if inside else ''}: write it elsewhere.")
 
 
 def check_input_file(flag: str, path: str) -> None:

@@ -10,6 +10,7 @@ when it ends, its wall-clock time (also in run.json, `step_seconds`); a finished
 redone.
 """
 import os
+import shutil
 import time
 from typing import Any
 from typing import Callable
@@ -45,8 +46,15 @@ def _metrics(data: beir_eval.BeirData, results: ranker.Results) -> dict[str, flo
 
 def _xtr(checkpoint: str, data: beir_eval.BeirData, index_dir: str,
          config: ranker.SearchConfig) -> ranker.Results:
-  """Exports the token index of `data`'s corpus (once) and ranks its test queries."""
+  """Exports the token index of `data`'s corpus (once per model: an index, finished or not, of
+  an earlier step of the run is exported again) and ranks its test queries."""
   encoder = encoding.Encoder(encoding.load_params(checkpoint))
+  for record in (files.MANIFEST, files.WRITER):
+    path = os.path.join(index_dir, record)
+    if os.path.exists(path) and files.read_json(path).get("fingerprint") != encoder.fingerprint:
+      print(f"{index_dir} holds the index of another step of the run: exporting it again.",
+            flush=True)
+      shutil.rmtree(index_dir)
   if not os.path.exists(os.path.join(index_dir, files.MANIFEST)):
     corpus = build.corpus_record(data.corpus_path, range(len(data.doc_ids)), len(data.doc_ids))
     build.export(encoder, data.doc_ids, data.docs, index_dir, store_vectors="float16",
@@ -99,6 +107,8 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
       initial parameters (`xtr.training.wise_ft`; the run saves them) instead of the fine-tuned one.
   """
   sets = _named_sets([data_dir, *extra_data_dirs])
+  if wise_ft_alpha is not None and not 0 <= wise_ft_alpha <= 1:
+    raise ValueError(f"demo.run.wise_ft_alpha = {wise_ft_alpha}: expected a number in [0, 1].")
   if wise_ft_alpha is not None and not _saves_initial_params():
     raise ValueError("demo.run.wise_ft_alpha needs "
                      "initialization.Initialization.save_initial_params = True.")
@@ -106,12 +116,17 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
   os.makedirs(out_dir, exist_ok=True)  # Now, not found missing when the results are written.
   steps = _Steps(1 + (wise_ft_alpha is not None) + 3 * len(sets))
   steps.start("fine-tune XTR from MiniLM")
-  trainer.train()
+  trainer.train()  # Preempted: the process ends here, and the same command resumes.
   checkpoint = model_dir
   if wise_ft_alpha is not None:
     checkpoint = os.path.join(model_dir, f"wise_ft_{wise_ft_alpha:g}")
     steps.start(f"WiSE-FT: interpolate with the initial parameters, α={wise_ft_alpha:g}")
-    wise_ft.write(model_dir, wise_ft_alpha, checkpoint)
+    if not wise_ft.write(model_dir, wise_ft_alpha, checkpoint):
+      print(
+          f"{checkpoint} was interpolated from another step of the run: interpolating again, "
+          "its index with it.", flush=True)
+      shutil.rmtree(checkpoint)
+      wise_ft.write(model_dir, wise_ft_alpha, checkpoint)
   config = ranker.SearchConfig(top_k=100, k_prime=k_prime, scoring="xtr")
   backbone_params = pretrained_backbone()  # the untuned baselines' weights, read once
   tables = {}

@@ -57,7 +57,7 @@ from xtr.index import files
 from xtr.index import scann
 from xtr.index import update
 from xtr.index import writer
-from xtr.models import encoding
+from xtr.models import model_spec
 
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "xtr-train model dir or checkpoint step dir, or a directory of the "
@@ -229,7 +229,7 @@ def _update(out_dir: str) -> dict:
       raise app.UsageError(f"--add={_ADD.value} holds no document.")
     added = (list(corpus), list(corpus.values()))
     record["add"] = {"path": _ADD.value, "sha256": io.sha256(_ADD.value), "num_docs": len(corpus)}
-  load_encoder = lambda: encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
+  load_encoder = lambda: model_spec.gin_encoder(_CHECKPOINT.value)
   return update.update(out_dir, load_encoder, added, deleted, record)
 
 
@@ -272,7 +272,7 @@ def _export(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> di
   doc_ids = list(corpus)[docs.start:docs.stop]
   texts = list(corpus.values())[docs.start:docs.stop]
   record = build.corpus_record(_CORPUS.value, docs, len(corpus))
-  encoder = encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
+  encoder = model_spec.gin_encoder(_CHECKPOINT.value)
   if prune_doc is not None and not encoder.has_salience:
     raise app.UsageError(f"--prune_doc={prune_doc} prunes by salience, but the model of "
                          f"--checkpoint={_CHECKPOINT.value} has no salience heads (gin: "

@@ -18,7 +18,7 @@ from absl import flags
 import jax
 
 from xtr import cli
-from xtr.models import encoding
+from xtr.models import model_spec
 from xtr.models import released
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "xtr-train model dir or checkpoint step dir.")
@@ -30,7 +30,7 @@ def main(argv: Sequence[str]) -> None:
   if os.path.lexists(_OUT.value):
     raise app.UsageError(f"--out={_OUT.value} exists; name a new directory.")
   cli.parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
-  encoder = encoding.Encoder(encoding.load_params(_CHECKPOINT.value))
+  encoder = model_spec.gin_encoder(_CHECKPOINT.value)
   written = released.write(_OUT.value, encoder.model, jax.device_get(encoder.params),
                            encoder.tokenizer, encoder.doc_max_length)
   print(f"Wrote {_OUT.value}: {', '.join(written)}")

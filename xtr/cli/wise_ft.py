@@ -13,17 +13,33 @@ from absl import app
 from absl import flags
 
 from xtr import cli
+from xtr.training import checkpoints
 from xtr.training import wise_ft
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "xtr-train model_dir (with initial/).")
 _ALPHA = cli.define_fraction("alpha", None, "Weight of the fine-tuned parameters.", closed=True)
 _OUT = flags.DEFINE_string("out", None, "Directory of the interpolated checkpoint (new).")
+_ORBAX_TEMPORARY = ".orbax-checkpoint-tmp"  # In the names orbax writes a checkpoint under.
+
+
+def _check_out(out: str, run: str) -> None:
+  """Refuses an --out inside the run's checkpoints (it became the run's latest step, or its θ_0)
+  and an existing --out, unless all it holds is a killed run's orbax temporaries (the write
+  starts again)."""
+  target, run = os.path.realpath(out), os.path.realpath(run)
+  for inner in (os.path.join(run, "checkpoints"), os.path.join(run, checkpoints.INITIAL_PARAMS)):
+    if target in (run, inner) or target.startswith(os.path.join(inner, "")):
+      raise app.UsageError(f"--out={out} lies in the checkpoints of --checkpoint={run}, where it "
+                           "would become one of them; choose a directory outside them.")
+  interrupted = (os.path.isdir(out) and not os.path.islink(out) and os.listdir(out) and
+                 all(_ORBAX_TEMPORARY in name for name in os.listdir(out)))
+  if os.path.lexists(out) and not interrupted:
+    raise app.UsageError(f"--out={out} exists; choose a new directory.")
 
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
-  if os.path.exists(_OUT.value):
-    raise app.UsageError(f"--out={_OUT.value} exists; choose a new directory.")
+  _check_out(_OUT.value, _CHECKPOINT.value)
   wise_ft.write(_CHECKPOINT.value, _ALPHA.value, _OUT.value)
   print(f"Wrote θ_{_ALPHA.value} of {_CHECKPOINT.value} to {_OUT.value}")
 

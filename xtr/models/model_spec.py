@@ -103,8 +103,20 @@ def encoder(spec: Any, where: str, params: Any, checkpoint: str, vocabulary_path
                            vocabulary=_vocabulary(spec.get("vocabulary"), where,
                                                   vocabulary_path), **lengths)
   if built.fingerprint != fingerprint:
-    _check_params(model, params, checkpoint, where)
+    check_params(model, params, checkpoint, f"the model of the index ({where})",
+                 "Search with the checkpoint the index was exported with.")
   return built
+
+
+def gin_encoder(checkpoint: str) -> encoding.Encoder:
+  """The gin-configured `encoding.Encoder` (the run's gin files: its model and vocabulary) with
+  `checkpoint`'s parameters, refused unless they fit its model (a trained projection under a
+  model without one was ignored, silently)."""
+  params = encoding.load_params(checkpoint)
+  encoder = encoding.Encoder(params)
+  check_params(encoder.model, xtr_encoder.in_layout(encoder.model, params), checkpoint,
+               "the model of the gin files", "Give the gin files of the run that trained it.")
+  return encoder
 
 
 def _model(spec: Any, where: str) -> xtr_encoder.XTREncoder:
@@ -154,8 +166,10 @@ def _salience(spec: Any, where: str) -> salience_lib.Salience | None:
     raise ValueError(f"{where}: model.salience: {e}") from None
 
 
-def _check_params(model: xtr_encoder.XTREncoder, params: Any, checkpoint: str, where: str) -> None:
-  """Refuses parameters whose shapes differ from the model's, naming the token dims if they do."""
+def check_params(model: xtr_encoder.XTREncoder, params: Any, checkpoint: str, model_name: str,
+                 hint: str) -> None:
+  """Refuses parameters (in `model`'s layout) whose names or shapes differ from the model's,
+  naming the token dims if they do, `model_name` and, to say what to do, `hint`."""
   abstract = jax.eval_shape(model.init, jax.random.key(0), jnp.ones((1, 1), jnp.int32))
   shapes = lambda tree: {
       jax.tree_util.keystr(path): tuple(leaf.shape)
@@ -166,14 +180,12 @@ def _check_params(model: xtr_encoder.XTREncoder, params: Any, checkpoint: str, w
     return
   projection = "['projection']['kernel']"
   if projection in expected and projection in got and expected[projection] != got[projection]:
-    problem = (f"token dim {expected[projection][-1]} (index) vs {got[projection][-1]} "
+    problem = (f"token dim {expected[projection][-1]} (model) vs {got[projection][-1]} "
                "(checkpoint)")
   else:
     path = min(set(expected) ^ set(got) or {p for p in expected if expected[p] != got[p]})
-    problem = (f"parameter {path}: {expected.get(path)} (index's model) vs {got.get(path)} "
-               "(checkpoint)")
-  raise ValueError(f"The checkpoint {checkpoint} does not fit the model of the index ({where}): "
-                   f"{problem}. Search with the checkpoint the index was exported with.")
+    problem = f"parameter {path}: {expected.get(path)} (model) vs {got.get(path)} (checkpoint)"
+  raise ValueError(f"The checkpoint {checkpoint} does not fit {model_name}: {problem}. {hint}")
 
 
 def _vocabulary(spec: Any, where: str, path: str | None) -> tokenization.Tokenizer:

@@ -23,10 +23,12 @@ reader normalizes), `sentence_bert_config.json` and `tokenizer_config.json`.
 """
 import json
 import os
+import shutil
 from typing import Any
 
 import gin
 import numpy as np
+import safetensors
 from safetensors import numpy as safetensors_numpy
 
 from xtr import io
@@ -160,8 +162,27 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
   if not all(np.isfinite(t).all() for t in [*tensors.values(), kernel]):
     raise ValueError("The parameters are not all finite; nothing was written.")
   hf_config = hf_weights.t5_config_to_hf(config) if is_t5 else hf_weights.bert_config_to_hf(config)
+  if os.path.lexists(directory):
+    raise FileExistsError(f"{directory} exists; nothing was written over it.")
   os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
-  os.mkdir(directory)  # FileExistsError if it exists: never written over.
+  # Written whole under a temporary name, then renamed: a failed or killed write leaves no
+  # `directory` half-written (a rerun was refused, `directory` existing).
+  temporary = f"{directory}.tmp-{os.getpid()}"
+  os.mkdir(temporary)
+  try:
+    files = _write_files(temporary, hf_config, hidden, kernel, tensors, tokenizer, is_t5,
+                         max_seq_length)
+    os.rename(temporary, directory)
+  except BaseException:
+    shutil.rmtree(temporary, ignore_errors=True)
+    raise
+  return files
+
+
+def _write_files(directory: str, hf_config: dict[str, Any], hidden: int, kernel: np.ndarray,
+                 tensors: dict[str, np.ndarray], tokenizer: tokenization.Tokenizer, is_t5: bool,
+                 max_seq_length: int) -> list[str]:
+  """Writes `write`'s files into the new, empty `directory`; returns their names."""
   dense = os.path.join(directory, "2_Dense")
   os.mkdir(dense)
   tokenizer_config = (dict(tokenizer_class="T5Tokenizer") if is_t5 else dict(
@@ -181,11 +202,18 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
   }
   for name, value in files.items():
     io.write_json(os.path.join(directory, name), value)
-  safetensors_numpy.save_file(tensors, os.path.join(directory, "model.safetensors"))
-  safetensors_numpy.save_file({"linear.weight": np.ascontiguousarray(kernel.T)},
-                              os.path.join(dense, "model.safetensors"))
+  _save(tensors, os.path.join(directory, "model.safetensors"))
+  _save({"linear.weight": np.ascontiguousarray(kernel.T)}, os.path.join(dense, "model.safetensors"))
   vocabulary = _write_vocabulary(directory, tokenizer)
   return sorted([*files, "model.safetensors", "2_Dense/model.safetensors", vocabulary])
+
+
+def _save(tensors: dict[str, np.ndarray], path: str) -> None:
+  """safetensors' save_file, its error (a full disk's too) named as `io.write_error` names it."""
+  try:
+    safetensors_numpy.save_file(tensors, path)
+  except safetensors.SafetensorError as e:
+    raise io.write_error(path, e) from e
 
 
 # sentence-transformers' modules: token vectors = Dense(Transformer(ids)), L2-normalized by the

@@ -45,7 +45,8 @@ def train(
     profile_steps: tuple[int, int] | None = None,
     evaluator: Callable[[int, nn.Module, Any, Any], dict[str, float]] | None = None
 ) -> step_lib.TrainState:
-  """Trains `model` on `dataset` for `num_steps`, resuming from `model_dir` if possible.
+  """Trains `model` on `dataset` for `num_steps`, resuming from `model_dir` if possible; raises
+  `Preempted` (a SystemExit of status 0) after saving the step a preemption notice stopped at.
 
   Args:
     model_dir: checkpoints (`model_dir/checkpoints`) and TensorBoard events go here; one run
@@ -148,7 +149,14 @@ def train(
       state = _loop(state, train_step, iterator, mesh, layout, checkpointer, preemption, model_dir,
                     num_steps, log_every_steps, cost, profile_steps, evaluate)
     checkpointer.close()
-    return state
+  if int(state.step) < num_steps:
+    raise Preempted(0)  # Exit status 0: the step is saved, the same command resumes.
+  return state
+
+
+class Preempted(SystemExit):
+  """Training stopped at a preemption notice (SIGTERM) after saving its step: the process ends
+  (exit status 0) rather than go on to what needs the trained model."""
 
 
 def _model_dir_lock(model_dir: str) -> contextlib.AbstractContextManager:

@@ -39,14 +39,16 @@ def interpolate(initial: Any, fine_tuned: Any, alpha: float) -> Any:
   return jax.tree_util.tree_map_with_path(mix, initial, fine_tuned)
 
 
-def write(model_dir: str, alpha: float, out: str) -> None:
-  """Writes θ_alpha of the run `model_dir` as a checkpoint in `out` (once: an existing one is
-  kept)."""
+def write(model_dir: str, alpha: float, out: str) -> bool:
+  """Writes θ_alpha of the run `model_dir` (its latest step) as a checkpoint in `out`, unless
+  `out` holds a checkpoint already; returns whether `out` now holds θ_alpha (False: another
+  checkpoint, e.g. θ_alpha of an earlier step, which is left as it is)."""
   initial_dir = os.path.join(model_dir, checkpoints.INITIAL_PARAMS)
   if not os.path.isdir(os.path.join(initial_dir, "state")):
     raise FileNotFoundError(f"{initial_dir}: no initial parameters; train with "
                             "initialization.Initialization.save_initial_params = True.")
-  if os.path.isdir(os.path.join(out, "state")):
-    return
   params = interpolate(encoding.load_params(initial_dir), encoding.load_params(model_dir), alpha)
+  if os.path.isdir(os.path.join(out, "state")):
+    return encoding.fingerprint(encoding.load_params(out)) == encoding.fingerprint(params)
   checkpoints.save_params(out, params)
+  return True
