@@ -289,18 +289,19 @@ def test_the_api_answers_each_query_once_quietly_and_refuses_bad_input_before_en
       retrievals.clear()
       searcher.search(queries, top_k=5, **settings)
       assert len(retrievals) == (1 if settings.get("threads") else len(queries)), settings
-  with pytest.warns(UserWarning, match=r"query 2 \('😀😀'\) has only tokens that the vocabulary"):
+  with pytest.warns(UserWarning,
+                    match=r"queries\[1\] \('😀😀'\) has only tokens that the vocabulary"):
     searcher.search(["scurvy", "😀😀"], top_k=5)
   assert len(searcher.search(["scurvy"], top_k=np.int64(3), k_prime=np.int32(50))[0]) == 3
   assert capfd.readouterr().err == ""
   monkeypatch.setattr(searcher.encoder, "encode_ids", lambda *a, **k: pytest.fail("encoded"))
   for queries, error, message in [
-      (["scurvy", 42], TypeError, "query 1 is not a str but int 42"),
-      ([b"scurvy"], TypeError, "query 0 is not a str but bytes"),
+      (["scurvy", 42], TypeError, r"queries\[1\] is not a str but int 42"),
+      ([b"scurvy"], TypeError, r"queries\[0\] is not a str but bytes"),
       (b"scurvy", TypeError, "not one string"),
-      (["scurvy", "  "], ValueError, "query 1 is blank"),
-      (["vitamin\x00 c"], ValueError, "query 0: control character U\\+0000 at character 8"),
-      (["vitamin \ud800 c"], ValueError, "query 0: lone surrogate U\\+D800 at character 9"),
+      (["scurvy", "  "], ValueError, r"queries\[1\] is blank"),
+      (["vitamin\x00 c"], ValueError, r"queries\[0\]: control character U\+0000 at character 8"),
+      (["vitamin \ud800 c"], ValueError, r"queries\[0\]: lone surrogate U\+D800 at character 9"),
   ]:
     with pytest.raises(error, match=message):
       searcher.search(queries)

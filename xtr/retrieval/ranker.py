@@ -125,7 +125,7 @@ def search(encoder: encoding.Encoder, token_index: reader.TokenIndex, queries: S
   token_ids = encoder.tokenize(queries, encoder.query_max_length)  # Tokenized once.
   unknown = encoder.unknown_only(token_ids)
   for i in unknown if progress else ():
-    print(f"Warning: {unknown_message(i, queries[i])}", file=sys.stderr, flush=True)
+    print(f"Warning: {unknown_message(f'query {i + 1}', queries[i])}", file=sys.stderr, flush=True)
   config = config.within(token_index)
   if not registry.SCORINGS[config.scoring].retrieves:
     q, q_mask, _ = _encode_queries(encoder, token_ids)
@@ -173,10 +173,11 @@ def _search_batches(token_index: reader.TokenIndex, q: np.ndarray, q_mask: np.nd
   return Results(rankings, np.asarray(latency_ms))
 
 
-def unknown_message(i: int, query: str) -> str:
-  """What is said of query i (from 0) whose tokens are all unknown to the vocabulary."""
-  return (f"query {i + 1} ({query!r}) has only tokens that the vocabulary does not know: its "
-          "ranking carries no information.")
+def unknown_message(name: str, query: str) -> str:
+  """What is said of a query (`name`: "query 3") whose tokens are all unknown to the
+  vocabulary."""
+  return (f"{name} ({query!r}) has only tokens that the vocabulary does not know: its ranking "
+          "carries no information.")
 
 
 def _encoded_one_by_one(encoder: encoding.Encoder, token_ids: np.ndarray):

@@ -84,7 +84,7 @@ class Searcher:
     # Loading and compiling happen in the first call, once: no query is answered twice.
     results = ranker.search(self.encoder, self.index, texts, config, progress=False, warm_up=False)
     for i in results.unknown_only:
-      warnings.warn(ranker.unknown_message(i, texts[i]), stacklevel=2)
+      warnings.warn(ranker.unknown_message(f"queries[{i}]", texts[i]), stacklevel=2)
     return results.rankings
 
 
@@ -95,11 +95,11 @@ def _checked(queries: Sequence[str]) -> list[str]:
   texts = list(queries)
   for i, text in enumerate(texts):
     if not isinstance(text, str):
-      raise TypeError(f"query {i} is not a str but {type(text).__name__} {text!r}")
+      raise TypeError(f"queries[{i}] is not a str but {type(text).__name__} {text!r}")
     if not text.strip():
-      raise ValueError(f"query {i} is blank: it has nothing to search for")
+      raise ValueError(f"queries[{i}] is blank: it has nothing to search for")
     try:
       beir_files.check_plain_text(text)
     except ValueError as e:
-      raise ValueError(f"query {i}: {e}") from None
+      raise ValueError(f"queries[{i}]: {e}") from None
   return texts

@@ -107,8 +107,8 @@ def excluded_pairs(data: BeirPairs) -> np.ndarray:
 
 
 def uniform_negative(data: BeirPairs) -> Sample:
-  """Draws a corpus document uniformly from those that the query's negatives may be
-  (`excluded_pairs`).
+  """Draws a corpus document uniformly from those that `excluded_pairs` does not exclude for the
+  query.
 
   Draws r in [0, N - k) for the query's k excluded documents p_0 < ... < p_{k-1}; the r-th other
   document is r + #{i : p_i - i <= r} (p_i - i counts the documents before p_i that are not
