@@ -311,6 +311,21 @@ def test_the_api_answers_each_query_once_quietly_and_refuses_bad_input_before_en
       searcher.search(["scurvy"], **{name: value})
 
 
+def test_a_closed_searcher_lets_go_of_its_index_at_once(exported):
+  """A service had no way to release an index but dropping every reference to its Searcher."""
+  model_dir, index_dir = exported
+  maps = lambda: sum(str(index_dir) in line for line in open("/proc/self/maps"))
+  gin.clear_config()
+  gc.collect()  # Earlier tests' indexes go now, not while this one counts.
+  before = maps()
+  with xtr.Searcher(str(index_dir), str(model_dir)) as searcher:
+    searcher.search(["what causes scurvy"], top_k=3)
+    assert maps() > before
+  assert maps() == before
+  with pytest.raises(ValueError, match="This Searcher is closed"):
+    searcher.search(["what causes scurvy"])
+
+
 def test_a_search_process_imports_neither_tensorflow_nor_seqio(exported, scifact_slice):
   """xtr.Searcher in a fresh process (query encoding included: Python tokenization, ScaNN's
   pybind searcher): no TensorFlow, seqio or `scann` package, and the rankings of this process

@@ -62,6 +62,18 @@ class Searcher:
                vocabulary: str | None = None):
     self.encoder, self.index = open_for_search(index_dir, checkpoint, verify, vocabulary)
 
+  def close(self) -> None:
+    """Lets go of the index and the model now (their memory maps, device arrays and threads, a
+    ScaNN helper process) rather than when the Searcher is collected; searching is then
+    refused. `with xtr.Searcher(...) as searcher:` closes it at the end of the block."""
+    self.encoder = self.index = None
+
+  def __enter__(self) -> "Searcher":
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
+
   def search(self, queries: Sequence[str], *, top_k: int = 100, k_prime: int = 1000,
              alignment: str | alignment_lib.Alignment = alignment_lib.Alignment(),
              **config) -> list[Ranking]:
@@ -77,6 +89,8 @@ class Searcher:
       ValueError: a blank query, or one with a control character or a lone surrogate (naming
         it and the character), or a bad setting; before any query is encoded.
     """
+    if self.index is None:
+      raise ValueError("This Searcher is closed.")
     texts = _checked(queries)
     if isinstance(alignment, str):
       alignment = alignment_lib.Alignment.parse(alignment)
