@@ -308,6 +308,8 @@ def test_export_cli_adds_and_deletes_as_a_fresh_export_ranks(exported, scifact_s
   in a pipe are refused, exit 2, the index unchanged, before the checkpoint is read."""
   model_dir, index_dir = exported
   _slice_update(scifact_slice, tmp_path)
+  (tmp_path / "delete.txt").rename(tmp_path / "ids.txt")
+  (tmp_path / "delete.txt").symlink_to(tmp_path / "ids.txt")  # The user's file: it was refused.
   updated = tmp_path / "updated"
   shutil.copytree(index_dir, updated)
   model = [

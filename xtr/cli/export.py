@@ -235,8 +235,9 @@ def _update(out_dir: str) -> dict:
 
 def _doc_ids_file(path: str) -> list[str]:
   """The document ids of --delete's file, one per line (UTF-8); refuses an empty line or an id
-  given twice, naming the line."""
-  with io.open_regular(path) as f:
+  given twice, naming the line. A symlink is followed (it is the user's file, as --corpus is);
+  a FIFO or device is refused."""
+  with io.open_binary(path) as f:
     lines = f.read().split(b"\n")
   if lines[-1] == b"":
     lines.pop()
