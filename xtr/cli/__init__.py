@@ -33,6 +33,7 @@ from xtr.evaluation import run_record
 from xtr.index import reader
 from xtr.index import verify
 from xtr.models import encoding
+from xtr.models import released
 from xtr.retrieval import ranker
 from xtr.retrieval import searcher
 from xtr.scoring import alignment
@@ -277,16 +278,14 @@ def check_output_files(**paths: str | None) -> None:
       given[name] = flag
 
 
-# The tools' inputs: an output is never written over one of them, or inside an index or a
-# checkpoint (over a file of a data directory neither).
+# The tools' input files: an output is never written over one of them.
 _INPUT_FILES = ("queries", "vocabulary", "compare")
-_INPUT_DIRS = ("index", "checkpoint")
 
 
 def check_output_file(flag: str, path: str | None) -> None:
   """Refuses --flag=path, before any work, if it is a directory, its directory is missing, or
-  it is one of the tool's inputs (`_INPUT_FILES`), inside `_INPUT_DIRS` or a file of --data_dir
-  (a report over the qrels, or over an index's manifest, destroyed them)."""
+  it would write over an input (`_reads`): a report over the qrels, or over an index's
+  manifest, destroyed them."""
   if path in (None, "-"):
     return
   if os.path.isdir(path):
@@ -295,17 +294,31 @@ def check_output_file(flag: str, path: str | None) -> None:
   if not os.path.isdir(parent):
     raise app.UsageError(f"--{flag}={path}: the directory {parent} does not exist.")
   target = os.path.realpath(path)
-  for name in _INPUT_FILES + _INPUT_DIRS + ("data_dir",):
+  for name in _INPUT_FILES + ("index", "checkpoint", "data_dir"):
     given = flags.FLAGS[name].value if name in flags.FLAGS else None
     for value in given if isinstance(given, list) else [given]:
-      if not value or value == "-" or io.is_remote(value):
-        continue
-      source = os.path.realpath(value)
-      inside = target.startswith(os.path.join(source, ""))
-      if (target == source or (inside and name in _INPUT_DIRS) or
-          (inside and name == "data_dir" and os.path.exists(target))):
-        raise app.UsageError(f"--{flag}={path} would write over --{name}={value}"
-                             f"{' (a file inside it)' if inside else ''}: write it elsewhere.")
+      if value and value != "-" and not io.is_remote(value) and _reads(
+          name, os.path.realpath(value), target):
+        raise app.UsageError(f"--{flag}={path} would write over what --{name}={value} holds: "
+                             "write it elsewhere.")
+
+
+def _reads(name: str, source: str, target: str) -> bool:
+  """Whether the input --name (at `source`) is or holds `target`: the file itself, anything in an
+  index, a checkpoint's steps, initial parameters or released-layout files, a BEIR directory's
+  corpus, queries or qrels (reports beside them are fine)."""
+  if target == source:
+    return True
+  relative = os.path.relpath(target, source)
+  first = relative.split(os.sep)[0]
+  if first == os.pardir or name in _INPUT_FILES:
+    return False
+  if name == "checkpoint":
+    return (first in ("checkpoints", "initial") or  # Steps; θ_0 (`checkpoints.INITIAL_PARAMS`).
+            relative in released.FILES + released.BERT_FILES + ("tokenizer.json",))
+  if name == "data_dir":
+    return first == "qrels" or first.startswith(("corpus.", "queries."))
+  return True  # An index: every file in it is one.
 
 
 def check_input_file(flag: str, path: str) -> None:
