@@ -598,7 +598,7 @@ def test_a_cold_search_traces_the_model_once(exported, monkeypatch):
   (that traces its init), and a lone query's encoding reuses the trace that found the token dim;
   another checkpoint is still checked (`test_cli`'s token-dim refusal)."""
   model_dir, index_dir = exported
-  monkeypatch.setattr(model_spec, "_check_params", lambda *_: pytest.fail("shapes checked again"))
+  monkeypatch.setattr(model_spec, "check_params", lambda *_: pytest.fail("shapes checked again"))
   encoder, _ = searcher_lib.open_for_search(str(index_dir), str(model_dir), searcher="bruteforce")
   vectors, mask, _ = encoder.encode_queries(["what causes scurvy"])
   assert vectors.shape[-1] == encoder.dim and mask[0].any()
