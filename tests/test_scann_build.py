@@ -16,6 +16,7 @@ from scann.partitioning import partitioner_pb2
 from scann.scann_ops.py import scann_ops_pybind
 
 from tests import test_index
+from xtr.index import files
 from xtr.index import reader
 from xtr.index import scann
 from xtr.index import scann_search
@@ -126,26 +127,53 @@ def test_streamed_build_memory_does_not_grow_with_the_corpus(monkeypatch):
 
 def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_reload(tmp_path):
   """4 dimensions per LUT16 block lose recall; rescoring 1000 candidates per query token with the
-  vectors ScaNN keeps (float32, bfloat16 or int8) wins it back, for tokens added by upserts too,
-  and the serialized searcher, loaded as xtr loads it, returns the same rows."""
+  vectors ScaNN keeps (float32, bfloat16 or int8) wins it back, for tokens added by upserts too.
+  The serialized searcher holds its rows partition by partition (`scann.write`'s order), and,
+  loaded as xtr loads it, returns the same rows through that order, with the same scores; a
+  searcher that does not rescore is written in its own order."""
   vectors = _clustered(6000, 32)
   chunks = _split(vectors, [2000, 4000])
   queries = _clustered(100, 32, seed=3).astype(np.float32)
   coarse = dict(num_leaves=40, num_leaves_to_search=40, training_sample_size=2000, dims_per_block=4)
   plain, _ = scann.build(lambda: chunks, len(vectors), scann.ScannConfig(**coarse))
   assert _recall(plain, vectors, queries, 20) < 0.5
+  assert scann.write(plain, str(tmp_path), "plain")[1] is None
   for reorder_type in ("float32", "bfloat16", "int8"):
     config = scann.ScannConfig(**coarse, reorder_k=1000, reorder_type=reorder_type)
     searcher, _ = scann.build(lambda: chunks, len(vectors), config)
     assert _recall(searcher, vectors, queries, 20, reorder_k=1000) > 0.95, reorder_type
-    listed = scann.write(searcher, str(tmp_path), reorder_type)
+    listed, order = scann.write(searcher, str(tmp_path), reorder_type)
+    partitions = np.load(tmp_path / reorder_type / "datapoint_to_token.npy")
+    assert np.all(np.diff(partitions) >= 0) and len(np.unique(partitions)) > 30, reorder_type
+    np.testing.assert_array_equal(np.sort(order), np.arange(len(vectors)))
+    assert np.mean(order == np.arange(len(vectors))) < 0.1, reorder_type
     loaded = scann_search.load(str(tmp_path / reorder_type), {p.split("/", 1)[1] for p in listed},
                                len(vectors))
-    for a, b in zip(scann_search.search(searcher.searcher, queries, 20, 1000, None, 1),
-                    scann_search.search(loaded, queries, 20, 1000, None, 1)):
-      np.testing.assert_array_equal(a, b)
+    rows, scores = scann_search.search(searcher.searcher, queries, 20, 1000, None, 1)
+    loaded_rows, loaded_scores = scann_search.search(loaded, queries, 20, 1000, None, 1)
+    np.testing.assert_array_equal(loaded_scores, scores)
+    # Rows at a tied score may come in either order, and the last may be one of several.
+    differs = np.diff(scores, axis=1) != 0
+    edge = np.zeros((len(scores), 1), bool)
+    untied = np.concatenate([~edge, differs], 1) & np.concatenate([differs, edge], 1)
+    assert untied.mean() > 0.8, reorder_type
+    np.testing.assert_array_equal(order[loaded_rows][untied], rows[untied])
   with pytest.raises(ValueError, match="reorder_type = 'int4' is not one of"):
     scann.ScannConfig(reorder_type="int4")
+
+
+def test_float32_rescoring_vectors_of_another_row_count_are_refused(tmp_path):
+  """dataset.npy, the float32 vectors ScaNN rescores with, is checked as its codes are: ScaNN
+  would load fewer rows and rescore candidates from the wrong ones."""
+  vectors = _clustered(2000, 32)
+  config = scann.ScannConfig(num_leaves=10, training_sample_size=2000, reorder_k=100)
+  searcher, _ = scann.build(lambda: [vectors], len(vectors), config)
+  names = {path.split("/", 1)[1] for path in scann.write(searcher, str(tmp_path))[0]}
+  dataset = tmp_path / "scann" / "dataset.npy"
+  np.save(dataset, np.load(dataset)[:-5])
+  with pytest.raises(files.DamagedIndexError,
+                     match=r"dataset.npy holds \[1995, 32\], not the 2000"):
+    scann_search.load(str(tmp_path / "scann"), names, len(vectors))
 
 
 @pytest.mark.parametrize("name, value", [("dims_per_block", 0), ("num_leaves_to_search", 0),

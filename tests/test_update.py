@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+import gin
 import numpy as np
 import pytest
 
@@ -152,6 +153,38 @@ def test_a_pruned_index_prunes_the_added_documents(tmp_path):
   _export(tmp_path / "updated", table, doc_ids, prune_doc=0.5)
   _update(tmp_path / "updated", table, added, deleted)
   _export(tmp_path / "fresh", table, _live_ids(table, doc_ids, added, deleted), prune_doc=0.5)
+  _assert_same_retrieval(tmp_path / "updated", tmp_path / "fresh")
+
+
+@pytest.mark.parametrize("prune_doc", [None, 0.5])
+def test_rows_in_partition_order_map_to_their_tokens_through_an_update(tmp_path, prune_doc):
+  """A ScaNN that rescores is written partition by partition (`scann.write`), its rows mapped to
+  tokens by the listed scann_tokens table, in an export and after an update (deleted rows filled,
+  added ones appended, all put in order again): searching every leaf and rescoring every token,
+  ScaNN finds exact search's top-k, each token at its score, and brute-force and device search
+  rank as a fresh export."""
+  table, doc_ids, added, deleted = _corpora(salience=prune_doc is not None)
+  exact = dict(num_leaves=4, num_leaves_to_search=4, reorder_k=2000, reorder_type="'float32'")
+  with gin.unlock_config():
+    gin.parse_config([f"ScannConfig.{name} = {value}" for name, value in exact.items()])
+  try:
+    for generation, scann_dir in enumerate(("scann", "scann.g1")):
+      if generation:
+        manifest = _update(tmp_path / "updated", table, added, deleted)
+      else:
+        manifest = _export(tmp_path / "updated", table, doc_ids, prune_doc)
+      assert files.names(manifest)[files.SCANN_TOKENS] in manifest["files"]
+      partitions = np.load(tmp_path / "updated" / scann_dir / "datapoint_to_token.npy")
+      assert np.all(np.diff(partitions) >= 0) and len(np.unique(partitions)) > 1
+      scores, ids, positions = _retrieved(tmp_path / "updated", _queries(), 20, "scann")
+      want, _, _ = _retrieved(tmp_path / "updated", _queries(), 20, "bruteforce")
+      np.testing.assert_array_equal(scores, want)
+      for query, row in zip(_queries(), zip(scores, ids, positions)):
+        for score, doc_id, position in zip(*row):
+          assert table[doc_id][0][position] @ query == score
+    _export(tmp_path / "fresh", table, _live_ids(table, doc_ids, added, deleted), prune_doc)
+  finally:
+    gin.clear_config()
   _assert_same_retrieval(tmp_path / "updated", tmp_path / "fresh")
 
 

@@ -88,7 +88,8 @@ def doc_ids(index_dir: str, manifest: dict[str, Any]) -> list[str]:
 
 def scann_rows(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
   """[R] int64: the token of each ScaNN row (a new array): the listed scann_tokens (a pruned or
-  updated index) or every token in order. Refuses a table that repeats or leaves the tokens."""
+  updated index, or rows in partition order) or every token in order. Refuses a table that
+  repeats or leaves the tokens."""
   if names(manifest)[SCANN_TOKENS] not in manifest["files"]:
     return np.arange(manifest["num_tokens"], dtype=np.int64)
   path = os.path.join(index_dir, names(manifest)[SCANN_TOKENS])

@@ -68,13 +68,14 @@ class _Shard:
         c[key] for c in self.manifest["chunks"] for key in files.CHUNK_FILES if key in c
     ]
     self.num_indexed_tokens = self.manifest.get("num_indexed_tokens", self.num_tokens)
-    # When token retrieval holds other tokens than all of them in order (pruned or updated):
-    # [T'] the token of each ScaNN row, and the same tokens in increasing order (the rows of
-    # brute-force and device search).
+    # When ScaNN's rows are not the tokens in order (pruned, updated, or in partition order):
+    # [T'] the token of each ScaNN row, and, if they are not all the tokens, the same tokens in
+    # increasing order (the rows of brute-force and device search).
     self._scann_rows = self._retrieval_tokens = None
     if self._names[files.SCANN_TOKENS] in self.manifest["files"]:
       self._scann_rows = files.scann_rows(path, self.manifest)
-      self._retrieval_tokens = files.increasing(self._scann_rows)
+      if self.num_indexed_tokens < self.num_tokens:
+        self._retrieval_tokens = files.increasing(self._scann_rows)
     self._scann = None
     self._doc_of_token = None  # [T] int32 local doc of each token, built by `locate`.
 

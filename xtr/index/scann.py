@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 from typing import Any
+from typing import BinaryIO
 
 from absl import logging
 import gin
@@ -28,6 +29,7 @@ from scann.scann_ops.py import scann_ops_pybind
 from xtr import io
 from xtr import typecheck
 from xtr.index import files
+from xtr.index import scann_search
 
 _AH_MIN_TOKENS = 16  # ScaNN's LUT16 asymmetric hashing trains 16 centers per block.
 UPSERT_ROWS = 65536  # Tokens converted to float32 and added to ScaNN at a time.
@@ -255,12 +257,15 @@ def _native_log_captured() -> Iterator[None]:
         logging.debug("ScaNN: %s", text)
 
 
-def write(searcher: Any, index_dir: str, name: str = files.SCANN_DIR) -> dict[str, Any]:
+def write(searcher: Any, index_dir: str,
+          name: str = files.SCANN_DIR) -> tuple[dict[str, Any], np.ndarray | None]:
   """Serializes `searcher` (built, or loaded by `scann_search`) into index_dir/name (through
-  name.tmp and a rename).
+  name.tmp and a rename), its rows in partition order when it rescores (`_in_partition_order`).
 
   Returns:
-    {relative path: {"sha256", "size"}} of the files written, for the manifest.
+    {relative path: {"sha256", "size"}} of the files written, for the manifest, and the order
+    [R] int64 of the rows written (row r of the files is the searcher's row order[r]; None: the
+    searcher's own order).
   """
   final = os.path.join(index_dir, name)
   tmp = final + ".tmp"
@@ -268,6 +273,7 @@ def write(searcher: Any, index_dir: str, name: str = files.SCANN_DIR) -> dict[st
   os.mkdir(tmp)
   try:
     searcher.serialize(tmp, True)  # Paths relative to the directory.
+    order = _in_partition_order(tmp)
   except (OSError, RuntimeError) as e:  # A full disk: "RuntimeError: ... I/O error".
     error = io.write_error(tmp, e)  # Before the removal frees what was written.
     io.remove_stale(tmp)
@@ -276,4 +282,48 @@ def write(searcher: Any, index_dir: str, name: str = files.SCANN_DIR) -> dict[st
   return {
       f"{name}/{entry}": files.record(os.path.join(final, entry))
       for entry in sorted(os.listdir(final))
-  }
+  }, order
+
+
+def _in_partition_order(scann_dir: str) -> np.ndarray | None:
+  """Rewrites the serialized searcher in `scann_dir` with the rows of each partition next to one
+  another, if it rescores candidates with its own copy of their vectors (`reorder_k`): a query
+  token's candidates then lie in the few partitions it searched rather than across the whole
+  copy, and rescoring them reads less scattered memory (17 % less time per query on NFCorpus:
+  docs/performance.md, "Rows in partition order"). A searcher without that copy already keeps
+  each partition's codes together in memory and is left as it is.
+
+  Returns:
+    [R] int64: row r of the rewritten files is the searcher's row order[r]; None if left as is.
+  """
+  assets = scann_search.written_assets(scann_dir)
+  rescoring = {"DATASET_NPY", "BF16_DATASET_NPY", "INT8_DATASET_NPY"}
+  if not rescoring & assets.keys() or "TOKENIZATION_NPY" not in assets or (
+      "AH_DATASET_SOAR_NPY" in assets):  # Spilled codes (xtr builds none): left as they are.
+    return None
+  partitions = np.load(os.path.join(scann_dir, assets["TOKENIZATION_NPY"]))
+  order = np.argsort(partitions, kind="stable")
+  for kind, name in assets.items():
+    if scann_search.per_row(kind):
+      _rewrite_rows(os.path.join(scann_dir, name), order)
+  return order
+
+
+def _rewrite_rows(path: str, order: np.ndarray) -> None:
+  """Rewrites the .npy file `path` (R rows, or none) with its rows in `order` [R], UPSERT_ROWS at
+  a time, each block's rows mapped only while they are gathered (memory bounded by a block)."""
+  with io.open_regular(path) as f:
+    shape, _, _ = files.npy_header(f, path)
+    header = f.tell()
+  if not shape[0]:
+    return
+
+  def rows_in_order(out: BinaryIO) -> None:
+    with io.open_regular(path) as f:
+      out.write(f.read(header))
+    for start in range(0, len(order), UPSERT_ROWS):
+      source = np.load(path, mmap_mode="r")
+      out.write(np.ascontiguousarray(source[order[start:start + UPSERT_ROWS]]).tobytes())
+      del source
+
+  io.atomic_write(path, rows_in_order)

@@ -73,10 +73,22 @@ def check_files(scann_dir: str, names: set[str], rows: int) -> str:
         f"{ASSETS} and never unpickles. Re-export the index.")
   assets = _assets(os.path.join(scann_dir, ASSETS), names)
   for kind, name in assets:
-    if kind.endswith("_DATASET_NPY") or kind in ("TOKENIZATION_NPY", _NORMS):
+    if per_row(kind):
       _check_rows(os.path.join(scann_dir, name), rows, empty_allowed=kind == _NORMS)
   return "".join(
       f'assets {{\n  asset_type: {kind}\n  asset_path: "{name}"\n}}\n' for kind, name in assets)
+
+
+def per_row(kind: str) -> bool:
+  """Whether ScaNN's assets of type `kind` hold one row per token (its partition, its codes, the
+  vectors it rescores with, its norm)."""
+  return kind.endswith("DATASET_NPY") or kind in ("TOKENIZATION_NPY", _NORMS)
+
+
+def written_assets(scann_dir: str) -> dict[str, str]:
+  """{asset type: file name} of the searcher that this process has just serialized in
+  `scann_dir`."""
+  return dict(_assets(os.path.join(scann_dir, ASSETS), set(os.listdir(scann_dir))))
 
 
 def _assets(path: str, names: set[str]) -> list[tuple[str, str]]:

@@ -276,8 +276,9 @@ def _updated_scann(index_dir: str, manifest: dict[str, Any], name: str, offsets:
                      "left hold none that are kept); nothing was changed.")
   if searcher.size() != len(rows):
     raise RuntimeError(f"ScaNN holds {searcher.size()} tokens after the update, not {len(rows)}.")
-  listed.update(scann.write(searcher, index_dir, name))
-  return rows
+  scann_files, order = scann.write(searcher, index_dir, name)
+  listed.update(scann_files)
+  return rows if order is None else rows[order]
 
 
 def _kept(index_dir: str, chunks: list[dict], offsets: np.ndarray, beta: float) -> np.ndarray:

@@ -292,13 +292,15 @@ class IndexWriter:
       raise ValueError(f"{self.out_dir}: no document tokens were written")
     indexed = self._indexed_tokens(chunks, lengths)
     num_indexed = sum(lengths) if indexed is None else len(indexed)
-    if indexed is not None:
-      path = os.path.join(self.out_dir, files.SCANN_TOKENS)
-      files.write_npy(path, indexed)
-      listed[files.SCANN_TOKENS] = files.record(path)
     searcher, scann_settings = scann.build(lambda: self._indexed_vectors(chunks, indexed),
                                            num_indexed, scann_config)
-    listed.update(scann.write(searcher, self.out_dir))
+    scann_files, order = scann.write(searcher, self.out_dir)
+    listed.update(scann_files)
+    if indexed is not None or order is not None:  # Row r of ScaNN is not token r.
+      rows = np.arange(num_indexed) if indexed is None else indexed
+      path = os.path.join(self.out_dir, files.SCANN_TOKENS)
+      files.write_npy(path, rows if order is None else rows[order])
+      listed[files.SCANN_TOKENS] = files.record(path)
     doc_ids = [doc_id for meta in metas for doc_id in meta["doc_ids"]]
     doc_ids_path = os.path.join(self.out_dir, files.DOC_IDS)
     io.atomic_write(doc_ids_path,
