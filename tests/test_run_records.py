@@ -1536,6 +1536,83 @@ def test_the_nfcorpus_train_queries_are_their_records():
           f"{difference:.4f}, a loss".replace("-", "−") in _prose("README.md"))
 
 
+def test_rows_in_partition_order_are_their_records():
+  """"Rows in partition order": benchmarks/partition_order.py's two runs of the shipped settings
+  (their table and the range of time saved), the three builds on NFCorpus's test and train
+  queries beside the same linked PyLate indexes, ranking build by build and query by query as
+  the earlier runs of the same seeds in token order did, their tables, paired rows, speed-ups
+  and verdicts, the first pass, the engines run with WARP and the table's 8 more bytes per
+  token; the glance row, README and gin file quote the same numbers."""
+  section = _performance_bullet("**Rows in partition order")
+  prose = " ".join(section.split())
+  shipped = dataclasses.asdict(_scann_config("include 'gin/scann/reorder_384.gin'"))
+  del shipped["num_leaves"]  # An upper bound: 1.8·√T leaves, 1,689 here.
+  saved = []
+  for name, label in (("partition_order_nfcorpus_384", "test, 323"),
+                      ("partition_order_nfcorpus_384_train", "train, 2,590")):
+    results = _record(name)["results"]
+    assert {k: v for k, v in results["settings"]["scann"].items() if k in shipped} == shipped
+    token, partition = results["token"], results["partition"]
+    assert (
+        f"| {label} | {results['settings']['rounds']} | {token['mean_ms']:.2f} / "
+        f"{token['p50_ms']:.2f} | {partition['mean_ms']:.2f} / {partition['p50_ms']:.2f} | "
+        f"{results['token_over_partition_mean']:.2f} | {results['tokens_alike']:.4f} |") in section
+    assert results["tokens_alike"] > 0.999
+    saved.append(100 * (1 - 1 / results["token_over_partition_mean"]))
+  assert f"**{min(saved):.0f}–{max(saved):.0f} % less time**" in prose
+  runs = {
+      "test": ("build_noise_nfcorpus_384_partition", "build_noise_nfcorpus_384_coarse1500",
+               "exact_nfcorpus_384"),
+      "train": ("build_noise_nfcorpus_384_train_partition",
+                "build_noise_nfcorpus_384_train_reorder", "exact_nfcorpus_384_train")
+  }
+  over = {}
+  for split, (name, before, exact) in runs.items():
+    results, earlier = _record(name)["results"], _record(before)["results"]
+    for engine, was in (("reorder_384", "coarse1500"), ("pylate_xtr_k1000", "pylate_xtr_k1000")):
+      assert [b[engine]["ndcg@10"] for b in results["builds"]
+             ] == [b[was]["ndcg@10"] for b in earlier["builds"]]
+    assert results["paired"]["reorder_384 - pylate_xtr_k1000"] == earlier["paired"][
+        "coarse1500 - pylate_xtr_k1000"]  # Query by query.
+    _check_builds_and_pairs(results, "reorder_384",
+                            f"`reorder_384.gin` in partition order, {split}", section,
+                            _record(exact)["ndcg@10"])
+    speedup, difference = over[split] = _over_builds(name, "reorder_384")
+    std = results["ndcg@10_difference"]["std"]
+    assert (f"**{speedup:.1f}× faster per query** ({speedup:.2f}×; "
+            f"{_per_build(results, 'reorder_384')} build by build) at {difference:.4f} ± "
+            f"{std:.4f}".replace("-", "−")) in prose
+    assert f"{_over_builds(before, 'coarse1500')[0]:.2f}×" in prose
+  (test_speedup, test_difference), (train_speedup, train_difference) = over["test"], over["train"]
+  assert test_speedup >= 3 and -0.002 < test_difference and train_speedup >= 3
+  loss = _record(runs["train"][0])["results"]["paired"]["reorder_384 - pylate_xtr_k1000"]["ci95"]
+  assert train_difference < -0.002 and loss[1] < 0
+  assert f"misses by {-0.002 - train_difference:.4f}" in prose
+  first = _record("build_noise_nfcorpus_384_partition_first")["results"]
+  assert first["paired"] == _record(runs["test"][0])["results"]["paired"]
+  first_speedup = first["pylate_xtr_k1000"]["p50_ms"]["mean"] / first["reorder_384"]["p50_ms"][
+      "mean"]
+  assert f"found {first_speedup:.2f}×, {_per_build(first, 'reorder_384')} build by build" in prose
+  ours, pylate, warp = _check_build0_beside_peers("engines_nfcorpus_384_partition", "reorder_384",
+                                                  _record(runs["test"][0])["results"], section)
+  before = _speedups("engines_nfcorpus_384_train", "coarse1500")[0]["coarse1500"]
+  assert ours["bytes_per_token"] - before["bytes_per_token"] == pytest.approx(8, abs=0.05)
+  assert (f"({ours['bytes_per_token']:.1f} against {before['bytes_per_token']:.1f}: the row → "
+          "token table)") in prose
+  glance = _glance_row("384-d: ≥ 3× PyLate, faster than WARP, within 0.002")
+  assert (f"`reorder_384.gin` on NFCorpus's test queries {test_speedup:.1f}× PyLate at "
+          f"{test_difference:.4f} over three builds, {pylate['p50_ms'] / ours['p50_ms']:.1f}× "
+          f"PyLate and {warp['p50_ms'] / ours['p50_ms']:.1f}× WARP in one run; on its train "
+          f"queries {train_speedup:.1f}× at {train_difference:.4f}".replace("-", "−")) in glance
+  assert (f"{test_speedup:.1f}× at {test_difference:.4f} on NFCorpus's test queries and "
+          f"{train_speedup:.1f}× at {train_difference:.4f} on its train queries".replace(
+              "-", "−")) in _prose("README.md")
+  assert (f"NFCorpus test {test_speedup:.1f}x faster at {test_difference:.4f}, train "
+          f"{train_speedup:.1f}x at {train_difference:.4f}" in " ".join(
+              line.lstrip("# ")
+              for line in (REPO / "gin/scann/reorder_384.gin").read_text().splitlines()))
+
+
 def test_the_128d_recipe_on_nfcorpus_train_queries_is_its_records():
   """"The 128-d recipe on NFCorpus's train queries": the retrained model's exact search on both
   splits (its test split's equal to the earlier model's), the four-build tables and paired rows

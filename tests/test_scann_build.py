@@ -149,15 +149,10 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
     assert np.mean(order == np.arange(len(vectors))) < 0.1, reorder_type
     loaded = scann_search.load(str(tmp_path / reorder_type), {p.split("/", 1)[1] for p in listed},
                                len(vectors))
-    rows, scores = scann_search.search(searcher.searcher, queries, 20, 1000, None, 1)
-    loaded_rows, loaded_scores = scann_search.search(loaded, queries, 20, 1000, None, 1)
-    np.testing.assert_array_equal(loaded_scores, scores)
-    # Rows at a tied score may come in either order, and the last may be one of several.
-    differs = np.diff(scores, axis=1) != 0
-    edge = np.zeros((len(scores), 1), bool)
-    untied = np.concatenate([~edge, differs], 1) & np.concatenate([differs, edge], 1)
-    assert untied.mean() > 0.8, reorder_type
-    np.testing.assert_array_equal(order[loaded_rows][untied], rows[untied])
+    # Equal scores, the same rows but at tied scores (`agreement` raises otherwise).
+    assert _benchmark("partition_order").agreement(
+        [scann_search.search(loaded, queries, 20, 1000, None, 1)],
+        [scann_search.search(searcher.searcher, queries, 20, 1000, None, 1)], order) > 0.8
   with pytest.raises(ValueError, match="reorder_type = 'int4' is not one of"):
     scann.ScannConfig(reorder_type="int4")
 
@@ -388,3 +383,29 @@ def test_build_noise_refuses_a_bad_exact_record_before_any_build(tmp_path, monke
   assert exit_.value.code == 2
   assert message.format(exact=exact, vectors=vectors) in capsys.readouterr().err
   assert not (tmp_path / "out").exists()
+
+
+def test_partition_order_benchmark_puts_the_rows_back_in_token_order(tmp_path):
+  """benchmarks/partition_order.py's token-order copy of an index in partition order holds each
+  token at its own row (row t scores as token t's vector), and the two orders agree."""
+  partition_order = _benchmark("partition_order")
+  docs = [test_index._clustered(12, seed) for seed in range(200)]
+  with gin.unlock_config():
+    gin.parse_config(["ScannConfig.num_leaves = 20", "ScannConfig.reorder_k = 50"])
+  try:
+    test_index._export(tmp_path / "index", test_index._ids(200), docs)
+  finally:
+    gin.clear_config()
+  copy, names, rows = partition_order.token_order_copy(str(tmp_path / "index"), str(tmp_path))
+  assert not np.array_equal(rows, np.arange(len(rows)))
+  vectors = np.concatenate(docs)
+  queries = test_index._clustered(10, seed=999)
+  found = {
+      order:
+          partition_order.search_all(scann_search.load(path, names, len(rows)),
+                                     list(queries[:, None]), 50)[0]
+      for order, path in (("partition", str(tmp_path / "index" / "scann")), ("token", copy))
+  }
+  for query, (token_rows, scores) in zip(queries, found["token"]):
+    np.testing.assert_allclose(scores[0], vectors[token_rows[0]] @ query, atol=1e-6)
+  assert partition_order.agreement(found["partition"], found["token"], rows) > 0.9

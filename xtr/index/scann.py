@@ -289,7 +289,7 @@ def _in_partition_order(scann_dir: str) -> np.ndarray | None:
   """Rewrites the serialized searcher in `scann_dir` with the rows of each partition next to one
   another, if it rescores candidates with its own copy of their vectors (`reorder_k`): a query
   token's candidates then lie in the few partitions it searched rather than across the whole
-  copy, and rescoring them reads less scattered memory (17 % less time per query on NFCorpus:
+  copy, and rescoring them reads less scattered memory (12-15 % less time in ScaNN on NFCorpus:
   docs/performance.md, "Rows in partition order"). A searcher without that copy already keeps
   each partition's codes together in memory and is left as it is.
 
@@ -305,11 +305,11 @@ def _in_partition_order(scann_dir: str) -> np.ndarray | None:
   order = np.argsort(partitions, kind="stable")
   for kind, name in assets.items():
     if scann_search.per_row(kind):
-      _rewrite_rows(os.path.join(scann_dir, name), order)
+      rewrite_rows(os.path.join(scann_dir, name), order)
   return order
 
 
-def _rewrite_rows(path: str, order: np.ndarray) -> None:
+def rewrite_rows(path: str, order: np.ndarray) -> None:
   """Rewrites the .npy file `path` (R rows, or none) with its rows in `order` [R], UPSERT_ROWS at
   a time, each block's rows mapped only while they are gathered (memory bounded by a block)."""
   with io.open_regular(path) as f:
