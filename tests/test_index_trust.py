@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 
+import gin
 import numpy as np
 import pytest
 from scann.scann_ops.py import scann_ops_pybind
@@ -136,6 +137,43 @@ def test_scann_arrays_of_another_row_count_are_refused(tmp_path, monkeypatch, in
   _rerecord(path, "scann/hashed_dataset.npy")
   with pytest.raises(files.DamagedIndexError, match=problem):
     _load_scann(path, in_helper, monkeypatch)
+
+
+def test_increasing_sorts_distinct_tokens_without_a_sort():
+  """`files.increasing` (the tokens of ScaNN's rows in order, for brute-force and device search)
+  equals numpy's sort for a table in any order and returns a pruned export's table itself."""
+  rng = np.random.default_rng(0)
+  subset = rng.permutation(10_000)[:3_000]
+  np.testing.assert_array_equal(files.increasing(subset, 10_000), np.sort(subset))
+  pruned = np.sort(subset)
+  assert files.increasing(pruned, 10_000) is pruned
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda rows: np.concatenate([rows[:-1], rows[:1]]),  # A token twice, another left out.
+        lambda rows: np.where(rows == rows.max(), -1, rows),  # A token before the first.
+        lambda rows: np.where(rows == rows.min(),
+                              rows.max() + 1, rows),  # Past the last.
+    ])
+def test_a_row_table_that_repeats_or_leaves_the_tokens_is_refused(tmp_path, forge):
+  """scann_tokens.npy maps ScaNN's rows (here in partition order) to tokens: a table that names a
+  token twice or one outside the index, re-recorded in the manifest, is refused when the index
+  opens, before any result is mapped through it."""
+  with gin.unlock_config():
+    gin.parse_config(["ScannConfig.num_leaves = 4", "ScannConfig.reorder_k = 20"])
+  try:
+    path = _index(tmp_path / "index")
+  finally:
+    gin.clear_config()
+  table = path / files.SCANN_TOKENS
+  rows = np.load(table)
+  assert sorted(rows) == list(range(len(rows))) and np.any(np.diff(rows) < 0)
+  np.save(table, forge(rows))
+  _rerecord(path, files.SCANN_TOKENS)
+  with pytest.raises(files.DamagedIndexError, match="scann_tokens.npy does not hold distinct"):
+    reader.open_index(str(path))
 
 
 @pytest.mark.parametrize("in_helper", [False, True])

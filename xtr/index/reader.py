@@ -75,7 +75,7 @@ class _Shard:
     if self._names[files.SCANN_TOKENS] in self.manifest["files"]:
       self._scann_rows = files.scann_rows(path, self.manifest)
       if self.num_indexed_tokens < self.num_tokens:
-        self._retrieval_tokens = files.increasing(self._scann_rows)
+        self._retrieval_tokens = files.increasing(self._scann_rows, self.num_tokens)
     self._scann = None
     self._doc_of_token = None  # [T] int32 local doc of each token, built by `locate`.
 
