@@ -1548,8 +1548,9 @@ def test_rows_in_partition_order_are_their_records():
   shipped = dataclasses.asdict(_scann_config("include 'gin/scann/reorder_384.gin'"))
   del shipped["num_leaves"]  # An upper bound: 1.8·√T leaves, 1,689 here.
   saved = []
-  for name, label in (("partition_order_nfcorpus_384", "test, 323"),
-                      ("partition_order_nfcorpus_384_train", "train, 2,590")):
+  for name, label in (("partition_order_nfcorpus_384", "NFCorpus test, 323"),
+                      ("partition_order_nfcorpus_384_train", "NFCorpus train, 2,590"),
+                      ("partition_order_scifact_384", "SciFact test, 300")):
     results = _record(name)["results"]
     assert {k: v for k, v in results["settings"]["scann"].items() if k in shipped} == shipped
     token, partition = results["token"], results["partition"]

@@ -289,9 +289,9 @@ def _in_partition_order(scann_dir: str) -> np.ndarray | None:
   """Rewrites the serialized searcher in `scann_dir` with the rows of each partition next to one
   another, if it rescores candidates with its own copy of their vectors (`reorder_k`): a query
   token's candidates then lie in the few partitions it searched rather than across the whole
-  copy, and rescoring them reads less scattered memory (12-15 % less time in ScaNN on NFCorpus:
-  docs/performance.md, "Rows in partition order"). A searcher without that copy already keeps
-  each partition's codes together in memory and is left as it is.
+  copy, and rescoring them reads less scattered memory (11-15 % less time in ScaNN on NFCorpus
+  and SciFact: docs/performance.md, "Rows in partition order"). A searcher without that copy
+  already keeps each partition's codes together in memory and is left as it is.
 
   Returns:
     [R] int64: row r of the rewritten files is the searcher's row order[r]; None if left as is.
