@@ -38,7 +38,7 @@ def token_order_copy(index_dir: str, out_dir: str) -> tuple[str, set[str], np.nd
   directory, its file names and the index's own row -> token table [T]."""
   manifest = files.read_json(os.path.join(index_dir, files.MANIFEST))
   files.check_manifest(manifest, os.path.join(index_dir, files.MANIFEST))
-  rows = files.scann_rows(index_dir, manifest)
+  rows, _ = files.scann_rows(index_dir, manifest)
   if len(rows) != manifest["num_tokens"] or np.array_equal(rows, np.arange(len(rows))):
     raise SystemExit(f"{index_dir}: not an index of every token in partition order")
   name = files.names(manifest)[files.SCANN_DIR]

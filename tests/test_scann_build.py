@@ -130,7 +130,7 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
   vectors ScaNN keeps (float32, bfloat16 or int8) wins it back, for tokens added by upserts too.
   The serialized searcher holds its rows partition by partition (`scann.write`'s order), and,
   loaded as xtr loads it, returns the same rows through that order, with the same scores; a
-  searcher that does not rescore is written in its own order."""
+  searcher that does not rescore, or has one partition, is written in its own order."""
   vectors = _clustered(6000, 32)
   chunks = _split(vectors, [2000, 4000])
   queries = _clustered(100, 32, seed=3).astype(np.float32)
@@ -138,6 +138,10 @@ def test_reordering_recovers_the_recall_that_coarse_codes_lose_and_survives_a_re
   plain, _ = scann.build(lambda: chunks, len(vectors), scann.ScannConfig(**coarse))
   assert _recall(plain, vectors, queries, 20) < 0.5
   assert scann.write(plain, str(tmp_path), "plain")[1] is None
+  one_leaf = dict(coarse, num_leaves=1, num_leaves_to_search=1)
+  searcher, _ = scann.build(lambda: chunks, len(vectors),
+                            scann.ScannConfig(**one_leaf, reorder_k=1000))
+  assert scann.write(searcher, str(tmp_path), "one_leaf")[1] is None  # Already in order.
   for reorder_type in ("float32", "bfloat16", "int8"):
     config = scann.ScannConfig(**coarse, reorder_k=1000, reorder_type=reorder_type)
     searcher, _ = scann.build(lambda: chunks, len(vectors), config)

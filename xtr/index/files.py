@@ -86,20 +86,24 @@ def doc_ids(index_dir: str, manifest: dict[str, Any]) -> list[str]:
   return ids
 
 
-def scann_rows(index_dir: str, manifest: dict[str, Any]) -> np.ndarray:
-  """[R] int64: the token of each ScaNN row (a new array): the listed scann_tokens (a pruned or
-  updated index, or rows in partition order) or every token in order. Refuses a table that
-  repeats or leaves the tokens (in O(T), without sorting it)."""
+def scann_rows(index_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+  """The ScaNN rows' tokens: ([R] int64 the token of each row (a new array): the listed
+  scann_tokens (a pruned or updated index, or rows in partition order) or every token in order,
+  [R] int64 the same tokens in increasing order). Refuses a table that repeats or leaves the
+  tokens (in O(T), without sorting it)."""
   num_tokens = manifest["num_tokens"]
   if names(manifest)[SCANN_TOKENS] not in manifest["files"]:
-    return np.arange(num_tokens, dtype=np.int64)
+    rows = np.arange(num_tokens, dtype=np.int64)
+    return rows, rows
   path = os.path.join(index_dir, names(manifest)[SCANN_TOKENS])
   rows = np.array(load_npy(path, (manifest["num_indexed_tokens"],), "int64"))
-  if len(rows) and (rows.min() < 0 or rows.max() >= num_tokens or
-                    len(increasing(rows, num_tokens)) != len(rows)):
-    raise DamagedIndexError(f"{path} does not hold distinct token indices of the index: the "
-                            "token index is damaged.")
-  return rows
+  if len(rows) and (rows.min() < 0 or rows.max() >= num_tokens):
+    raise DamagedIndexError(f"{path} does not hold token indices of the index: the token index is "
+                            "damaged.")
+  held = increasing(rows, num_tokens)
+  if len(held) != len(rows):
+    raise DamagedIndexError(f"{path} repeats token indices: the token index is damaged.")
+  return rows, held
 
 
 def increasing(tokens: np.ndarray, num_tokens: int) -> np.ndarray:

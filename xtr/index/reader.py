@@ -73,9 +73,9 @@ class _Shard:
     # increasing order (the rows of brute-force and device search).
     self._scann_rows = self._retrieval_tokens = None
     if self._names[files.SCANN_TOKENS] in self.manifest["files"]:
-      self._scann_rows = files.scann_rows(path, self.manifest)
+      self._scann_rows, held = files.scann_rows(path, self.manifest)
       if self.num_indexed_tokens < self.num_tokens:
-        self._retrieval_tokens = files.increasing(self._scann_rows, self.num_tokens)
+        self._retrieval_tokens = held
     self._scann = None
     self._doc_of_token = None  # [T] int32 local doc of each token, built by `locate`.
 

@@ -291,7 +291,8 @@ def _in_partition_order(scann_dir: str) -> np.ndarray | None:
   token's candidates then lie in the few partitions it searched rather than across the whole
   copy, and rescoring them reads less scattered memory (11-15 % less time in ScaNN on NFCorpus
   and SciFact: docs/performance.md, "Rows in partition order"). A searcher without that copy
-  already keeps each partition's codes together in memory and is left as it is.
+  already keeps each partition's codes together in memory and is left as it is, as is one whose
+  rows already lie partition by partition (one leaf).
 
   Returns:
     [R] int64: row r of the rewritten files is the searcher's row order[r]; None if left as is.
@@ -302,6 +303,8 @@ def _in_partition_order(scann_dir: str) -> np.ndarray | None:
       "AH_DATASET_SOAR_NPY" in assets):  # Spilled codes (xtr builds none): left as they are.
     return None
   partitions = np.load(os.path.join(scann_dir, assets["TOKENIZATION_NPY"]))
+  if np.all(partitions[1:] >= partitions[:-1]):
+    return None
   order = np.argsort(partitions, kind="stable")
   for kind, name in assets.items():
     if scann_search.per_row(kind):

@@ -241,7 +241,7 @@ def _updated_scann(index_dir: str, manifest: dict[str, Any], name: str, offsets:
   """Deletes the deleted documents' tokens from ScaNN, upserts the new documents' (those that
   pruning keeps), serializes it as `name`; returns its [rows] int64 row -> token table."""
   scann_dir = files.names(manifest)[files.SCANN_DIR]
-  rows = files.scann_rows(index_dir, manifest)
+  rows, _ = files.scann_rows(index_dir, manifest)
   searcher = scann_search.load(os.path.join(index_dir, scann_dir),
                                scann_search.listed_names(manifest["files"], scann_dir), len(rows))
   dropped = np.zeros(offsets[-1], bool)
