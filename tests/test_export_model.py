@@ -119,7 +119,7 @@ def test_transformers_and_torch_compute_the_same_token_vectors(exported):
   np.testing.assert_allclose(vectors.numpy() * mask[..., None], expected, atol=1e-4, rtol=0)
 
 
-def test_an_existing_out_or_a_salience_model_is_refused(tmp_path, t5_spm_path):
+def test_an_existing_out_its_temporary_or_a_salience_model_is_refused(tmp_path, t5_spm_path):
   spm = f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'"
   tiny = "--gin_file=gin/models/t5_1_1_tiny.gin"
   (tmp_path / "out").mkdir()
@@ -129,6 +129,16 @@ def test_an_existing_out_or_a_salience_model_is_refused(tmp_path, t5_spm_path):
   assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (
       2, f"xtr-tool: --out={tmp_path / 'out'} exists; name a new directory.")
   assert (tmp_path / "out" / "keep").read_text() == "mine"
+  # A killed export's temporary (or another export's, under way) is neither removed nor reused.
+  (tmp_path / "new.tmp").mkdir()
+  (tmp_path / "new.tmp" / "config.json").write_text("{}")
+  result = run_tool("xtr.cli.export_model", tiny, spm, f"--checkpoint={tmp_path / 'missing'}",
+                    f"--out={tmp_path / 'new'}")
+  assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (
+      2, f"xtr-tool: --out={tmp_path / 'new'}: {tmp_path / 'new.tmp'} exists (left by a killed "
+      "xtr-export-model, or another one writing it); remove it and rerun.")
+  assert (tmp_path / "new.tmp" / "config.json").read_text() == "{}"
+  assert not (tmp_path / "new").exists()
   salience = ["salience.Salience.variant = 'relu'"]
   retrieval_setup.random_checkpoint(
       tmp_path / "aligner", 0, t5_spm_path, *[
@@ -178,7 +188,7 @@ def test_a_failed_write_leaves_no_out(tmp_path, t5_spm_path, monkeypatch):
 
   monkeypatch.setattr(released.safetensors_numpy, "save_file", full)
   with pytest.raises(
-      OSError, match=r"cannot write .*/out.tmp-\d+/model.safetensors: .*No space "
+      OSError, match=r"cannot write .*/out.tmp/model.safetensors: .*No space "
       r"left on device.*; free space \(or write elsewhere\) and rerun"):
     released.write(str(tmp_path / "out"), encoder.model, jax.device_get(encoder.params),
                    encoder.tokenizer, 64)

@@ -29,6 +29,9 @@ def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   if os.path.lexists(_OUT.value):
     raise app.UsageError(f"--out={_OUT.value} exists; name a new directory.")
+  if os.path.lexists(temporary := released.temporary_dir(_OUT.value)):
+    raise app.UsageError(f"--out={_OUT.value}: {temporary} exists (left by a killed "
+                         "xtr-export-model, or another one writing it); remove it and rerun.")
   cli.parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
   encoder = model_spec.gin_encoder(_CHECKPOINT.value)
   written = released.write(_OUT.value, encoder.model, jax.device_get(encoder.params),

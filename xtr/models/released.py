@@ -146,7 +146,8 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
 
   Raises:
     ValueError: a salience gate (no place in the layout), a backbone other than T5 or BERT, or
-      non-finite parameters; FileExistsError: `directory` exists (nothing is written over).
+      non-finite parameters; FileExistsError: `directory` or `temporary_dir(directory)` exists
+      (nothing is written over).
   """
   if model.salience is not None:
     raise ValueError("The model has ALIGNER's salience heads, which the sentence-transformers "
@@ -162,12 +163,13 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
   if not all(np.isfinite(t).all() for t in [*tensors.values(), kernel]):
     raise ValueError("The parameters are not all finite; nothing was written.")
   hf_config = hf_weights.t5_config_to_hf(config) if is_t5 else hf_weights.bert_config_to_hf(config)
-  if os.path.lexists(directory):
-    raise FileExistsError(f"{directory} exists; nothing was written over it.")
+  temporary = temporary_dir(directory)
+  for path in (directory, temporary):
+    if os.path.lexists(path):
+      raise FileExistsError(f"{path} exists; nothing was written over it.")
   os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
-  # Written whole under a temporary name, then renamed: a failed or killed write leaves no
-  # `directory` half-written (a rerun was refused, `directory` existing).
-  temporary = f"{directory}.tmp-{os.getpid()}"
+  # Written whole under a temporary name, then renamed: a failed write leaves no `directory`
+  # half-written (a rerun was refused, `directory` existing), a killed one `temporary`.
   os.mkdir(temporary)
   try:
     files = _write_files(temporary, hf_config, hidden, kernel, tensors, tokenizer, is_t5,
@@ -177,6 +179,12 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
     shutil.rmtree(temporary, ignore_errors=True)
     raise
   return files
+
+
+def temporary_dir(directory: str) -> str:
+  """The name `write` writes `directory` under before renaming it: left by a killed write, it is
+  refused rather than removed (it may be what someone else is writing)."""
+  return f"{directory}.tmp"
 
 
 def _write_files(directory: str, hf_config: dict[str, Any], hidden: int, kernel: np.ndarray,
