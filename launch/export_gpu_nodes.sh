@@ -21,4 +21,5 @@ if [[ ! -x $repo/.venv/bin/xtr-export ]]; then
   exit 2
 fi
 cd "$repo"
+source launch/slurm_gpus.sh  # JAX_LOCAL_DEVICE_IDS: all of the node's GPUs.
 srun --ntasks-per-node=1 .venv/bin/xtr-export --multihost "$@"

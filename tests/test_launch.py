@@ -5,6 +5,7 @@ import os
 import pathlib
 import stat
 import subprocess
+import sys
 
 import pytest
 
@@ -17,7 +18,8 @@ def _launch(tmp_path, script: str, *args: str, path: pathlib.Path | None = None,
   record = tmp_path / "argv"
   for fake in ("gcloud", "srun"):
     fake_path = tmp_path / fake
-    fake_path.write_text(f'#!/usr/bin/env bash\n{{ [[ $0 == *srun ]] && pwd; printf "%s\\n" "$@"; '
+    fake_path.write_text(f'#!/usr/bin/env bash\n{{ [[ $0 == *srun ]] && pwd && echo '
+                         f'"JAX_LOCAL_DEVICE_IDS=$JAX_LOCAL_DEVICE_IDS"; printf "%s\\n" "$@"; '
                          f'}} > {record}\n')
     fake_path.chmod(fake_path.stat().st_mode | stat.S_IXUSR)
   subprocess.run(["bash", str(path or REPO / "launch" / script), *args], check=True, env={
@@ -40,17 +42,49 @@ def test_tpu_pod_scripts_run_their_tool_on_every_worker(tmp_path, script, tool):
                                          ("export_gpu_nodes.sh", "xtr-export")])
 def test_gpu_node_scripts_run_their_tool_once_per_node(tmp_path, script, tool):
   """Run directly, and as sbatch runs it (a copy in SLURM's spool directory, called from the
-  repository): srun starts the tool in the repository; from elsewhere, a one-line refusal."""
-  argv = ["--ntasks-per-node=1", f".venv/bin/{tool}", "--multihost", "--out=/shared/index"]
-  assert _launch(tmp_path, script, "--out=/shared/index").splitlines() == [str(REPO), *argv]
+  repository): srun starts the tool in the repository, with every GPU of the node in
+  JAX_LOCAL_DEVICE_IDS; from elsewhere, or without a count of GPUs, a one-line refusal."""
+  argv = [
+      str(REPO), "JAX_LOCAL_DEVICE_IDS=0,1,2,3,4,5,6,7", "--ntasks-per-node=1", f".venv/bin/{tool}",
+      "--multihost", "--out=/shared/index"
+  ]
+  gpus = {"SLURM_GPUS_ON_NODE": "8"}
+  assert _launch(tmp_path, script, "--out=/shared/index", **gpus).splitlines() == argv
   spooled = tmp_path / "spool" / "slurm_script"
   spooled.parent.mkdir()
   spooled.write_bytes((REPO / "launch" / script).read_bytes())
-  assert _launch(tmp_path, script, "--out=/shared/index", path=spooled,
-                 SLURM_SUBMIT_DIR=str(REPO)).splitlines() == [str(REPO), *argv]
-  with pytest.raises(subprocess.CalledProcessError) as refused:
-    _launch(tmp_path, script, path=spooled, SLURM_SUBMIT_DIR=str(tmp_path))
-  assert refused.value.returncode == 2
+  assert _launch(tmp_path, script, "--out=/shared/index", path=spooled, SLURM_SUBMIT_DIR=str(REPO),
+                 **gpus).splitlines() == argv
+  for env in ({"SLURM_SUBMIT_DIR": str(tmp_path), **gpus}, {"SLURM_SUBMIT_DIR": str(REPO)}):
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+      _launch(tmp_path, script, path=spooled, **env)
+    assert refused.value.returncode == 2
+
+
+@pytest.mark.parametrize("local_device_ids, visible", [("0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7"),
+                                                       (None, "0")])
+def test_one_process_per_node_under_slurm_sees_the_gpus_it_is_given(local_device_ids, visible):
+  """What `--multihost` makes of SLURM's variables for a task of `srun --ntasks-per-node=1`
+  (SLURM_LOCALID 0): the GPUs of JAX_LOCAL_DEVICE_IDS, as the GPU launchers set it; without it,
+  JAX's default, GPU 0 alone (the launchers trained and encoded on 1 of 8 GPUs per node)."""
+  code = ("from absl import flags; import jax; from xtr import cli; hosts = cli.MultihostFlags(); "
+          "flags.FLAGS(['xtr', '--multihost']); hosts.initialize(); "
+          "print(jax.config.values['jax_cuda_visible_devices'])")
+  env = {
+      **os.environ, "SLURM_JOB_ID": "4242",
+      "SLURM_STEP_NODELIST": "127.0.0.1",
+      "SLURM_NTASKS": "1",
+      "SLURM_PROCID": "0",
+      "SLURM_LOCALID": "0",
+      "SLURM_STEP_NUM_NODES": "1",
+      "XLA_FLAGS": ""
+  }
+  env.pop("JAX_LOCAL_DEVICE_IDS", None)
+  if local_device_ids:
+    env["JAX_LOCAL_DEVICE_IDS"] = local_device_ids
+  shown = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+  assert shown.splitlines()[-1] == visible
 
 
 def test_generalization_tables_and_record_are_the_reports(tmp_path):

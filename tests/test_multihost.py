@@ -11,6 +11,7 @@ turn): the in-batch loss does not depend on the order of the queries.
 import os
 import pathlib
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -188,14 +189,33 @@ def test_each_process_exports_its_shard(exported, scifact_slice, t5_spm_path, tm
   ]
   _run_all([command + [f"--process_id={i}"] for i in range(2)], 4)
   assert sorted(os.listdir(tmp_path / "index")) == ["shard-00000-of-00002", "shard-00001-of-00002"]
-  sharded, single = reader.open_index(str(tmp_path / "index")), reader.open_index(str(single_dir))
-  assert sharded.doc_ids == single.doc_ids and sharded.num_tokens == single.num_tokens
+  single = reader.open_index(str(single_dir))
   queries = np.random.default_rng(0).normal(size=(6, single.dim)).astype(np.float32)
-  got, want = sharded.search_tokens(queries, 50,
-                                    "bruteforce"), single.search_tokens(queries, 50, "bruteforce")
-  np.testing.assert_allclose(got[0], want[0], atol=1e-5)
-  for a, b in zip(got[1:], want[1:]):
-    np.testing.assert_array_equal(a, b)
+  want = single.search_tokens(queries, 50, "bruteforce")
+
+  def check_shards():
+    sharded = reader.open_index(str(tmp_path / "index"))
+    assert sharded.doc_ids == single.doc_ids and sharded.num_tokens == single.num_tokens
+    got = sharded.search_tokens(queries, 50, "bruteforce")
+    np.testing.assert_allclose(got[0], want[0], atol=1e-5)
+    for a, b in zip(got[1:], want[1:]):
+      np.testing.assert_array_equal(a, b)
+
+  check_shards()
+  # A resume after host 1 lost its shard: host 0 finds its shard complete and exits while host 1
+  # exports. JAX waited 300 s at host 0's exit for host 1, then aborted both (exit 134, host 1's
+  # shard unfinished): on a real corpus, every resume. Here JAX's exit wait runs at 1/300 (300 s
+  # would be 1 s; the export's week, 2,016 s).
+  shutil.rmtree(tmp_path / "index" / "shard-00001-of-00002")
+  scaled = ("import jax, runpy, sys; initialize = jax.distributed.initialize; "
+            "jax.distributed.initialize = lambda shutdown_timeout_seconds=300, **cluster: "
+            "initialize(shutdown_timeout_seconds=max(1, shutdown_timeout_seconds // 300), "
+            "**cluster); runpy.run_module('xtr.cli.export', run_name='__main__')")
+  command[1:3] = ["-c", scaled]
+  command[-2] = f"--coordinator_address=127.0.0.1:{_free_port()}"
+  outputs = _run_all([command + [f"--process_id={i}"] for i in range(2)], 4)
+  assert "shard-00000-of-00002 is already a complete index" in outputs[0]
+  check_shards()
   # --from_index with --multihost: process i rebuilds shard i of the sharded source (it looked
   # for the source's own manifest, and every process refused).
   _run_all([[

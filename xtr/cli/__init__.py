@@ -120,8 +120,10 @@ class MultihostFlags:
         lambda v: None in v.values() or v["process_id"] < v["num_processes"],
         message="--process_id must be less than --num_processes (processes count from 0).")
 
-  def initialize(self) -> bool:
-    """Joins the cluster with --multihost (True); refuses cluster flags without it."""
+  def initialize(self, shutdown_timeout_s: int = 300) -> bool:
+    """Joins the cluster with --multihost (True); refuses cluster flags without it. At exit each
+    process waits up to `shutdown_timeout_s` (JAX's default: 300) for the others, then JAX aborts
+    them all: a tool whose processes finish far apart (`xtr-export`) passes more."""
     cluster = {
         "coordinator_address": self.coordinator_address.value,
         "num_processes": self.num_processes.value,
@@ -132,7 +134,7 @@ class MultihostFlags:
         raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
                              "--multihost.")
       return False
-    jax.distributed.initialize(**cluster)
+    jax.distributed.initialize(**cluster, shutdown_timeout_seconds=shutdown_timeout_s)
     return True
 
 

@@ -78,6 +78,10 @@ _SHARD_ID = cli.define_count(
     "shard_id", 0, "The shard this process exports, in [0, --num_shards) (with --multihost: "
     "jax.process_index()).", lower_bound=0)
 _MULTIHOST = cli.MultihostFlags()
+# How long a --multihost process whose shard is done waits at exit for the others (JAX aborts
+# every process when one waits longer): shards finish hours apart, and a resume finds some
+# complete at once. A process that dies is still noticed in 100 s (JAX's heartbeat).
+SHARD_SKEW_S = 7 * 24 * 3600
 flags.register_multi_flags_validator(
     ["shard_id", "num_shards"], lambda v: v["shard_id"] < v["num_shards"],
     message="--shard_id must be less than --num_shards (shards count from 0).")
@@ -161,7 +165,7 @@ def _shard() -> tuple[int, int]:
     if _MULTIHOST.multihost.value and flags.FLAGS[flag.name].present:
       raise app.UsageError(f"--{flag.name}={flag.value} with --multihost: the shards are the "
                            "processes (jax.process_index() of jax.process_count()).")
-  if not _MULTIHOST.initialize():
+  if not _MULTIHOST.initialize(shutdown_timeout_s=SHARD_SKEW_S):
     return _SHARD_ID.value, _NUM_SHARDS.value
   return jax.process_index(), jax.process_count()
 
