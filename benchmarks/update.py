@@ -78,7 +78,7 @@ def _grow(source_dir: str, out: str) -> dict[str, float]:
   writer.finalize()
   exported = time.time() - start
   added = range(half, source.num_docs)
-  update.update(out, lambda: _StoredVectors(source),
+  update.update(out, lambda: (_StoredVectors(source), manifest["model"]),
                 ([source.doc_ids[d] for d in added], [str(d) for d in added]), [],
                 {"benchmark": "grow"})
   return {"export_half_s": exported, "add_half_s": time.time() - start - exported}

@@ -235,18 +235,27 @@ def test_two_live_documents_with_one_id_are_refused(tmp_path):
     reader.open_index(str(path))
 
 
-@pytest.mark.parametrize("problem, edit", [
-    ("field 'files' is missing", lambda m: m.pop("files")),
-    ("field 'dim' is missing or not a int", lambda m: m.update(dim="32")),
-    (r"files: '../outside.npy' is not a path inside the index",
-     lambda m: m["files"].update({"../outside.npy": {
-         "sha256": "0",
-         "size": 1
-     }})),
-    (r"chunks\[0\] needs listed files", lambda m: m["chunks"][0].update(file=["x"])),
-    (r"scann.reorder_k is not an integer in \[0, 2\^31\)",
-     lambda m: m["scann"].update(reorder_k=2**62)),
-])
+_NOT_INDEXED = ("num_indexed_tokens is not a count of the tokens, all of them unless "
+                "scann_tokens.npy is listed")
+
+
+@pytest.mark.parametrize(
+    "problem, edit",
+    [
+        ("field 'files' is missing", lambda m: m.pop("files")),
+        ("field 'dim' is missing or not a int", lambda m: m.update(dim="32")),
+        (r"files: '../outside.npy' is not a path inside the index",
+         lambda m: m["files"].update({"../outside.npy": {
+             "sha256": "0",
+             "size": 1
+         }})),
+        (r"chunks\[0\] needs listed files", lambda m: m["chunks"][0].update(file=["x"])),
+        (r"scann.reorder_k is not an integer in \[0, 2\^31\)",
+         lambda m: m["scann"].update(reorder_k=2**62)),
+        # Without scann_tokens.npy ScaNN holds every token: a count of fewer made
+        # --searcher=device rank from the wrong tokens (exit 0), one of more raised an IndexError.
+        *[(_NOT_INDEXED, lambda m, n=n: m.update(num_indexed_tokens=n)) for n in (100, 10**6, -1)],
+    ])
 def test_malformed_manifests_are_refused_naming_the_field(tmp_path, problem, edit):
   path = _index(tmp_path / "index")
   _edit_manifest(path, edit)
@@ -616,7 +625,7 @@ def test_forged_doc_offsets_are_refused_before_anything_is_allocated(tmp_path, m
 
 def test_forged_counts_in_the_manifest_are_refused_before_reading_the_files(tmp_path):
   path = _index(tmp_path / "index")
-  _edit_manifest(path, lambda m: m.update(num_tokens=10**11))
+  _edit_manifest(path, lambda m: m.update(num_tokens=10**11, num_indexed_tokens=10**11))
   with pytest.raises(files.DamagedIndexError, match=r"doc_offsets.npy ends at \d+, not at "
                      r"num_tokens = 100000000000"):
     reader.open_index(str(path))

@@ -2,6 +2,7 @@
 export of A - C + B (exactly under brute force and on the devices, within ANN noise under ScaNN),
 again after a second update, after a kill -9 at any point, and with pruning; refusals change
 nothing; `--from_index` compacts an updated index into the chunks of a fresh export."""
+import codecs
 import dataclasses
 import json
 import os
@@ -69,7 +70,9 @@ def _export(path, table, doc_ids, prune_doc=None):
 
 
 def _update(path, table, added, deleted):
-  return update.update(str(path), lambda: TableEncoder(table), (added, added), deleted,
+  """Updates the index at `path` with an encoder set up as its model (MODEL or SALIENCE_MODEL)."""
+  model = files.read_json(os.path.join(path, files.MANIFEST))["model"]
+  return update.update(str(path), lambda: (TableEncoder(table), model), (added, added), deleted,
                        {"test": True})
 
 
@@ -201,8 +204,16 @@ def test_refused_updates_change_nothing(tmp_path):
     with pytest.raises(ValueError, match=message):
       _update(tmp_path / "index", table, *args)
   with pytest.raises(ValueError, match="another checkpoint"):
-    update.update(str(tmp_path / "index"), lambda: TableEncoder(table, fingerprint="other"),
-                  (added, added), [], {})
+    update.update(str(tmp_path / "index"), lambda:
+                  (TableEncoder(table, fingerprint="other"), MODEL), (added, added), [], {})
+  # The same parameters set up otherwise (here: documents cut at another length) encode other
+  # vectors: the update wrote them beside the old ones (exit 0).
+  with pytest.raises(
+      ValueError, match=r"other model settings \(doc_max_length None there, 64 "
+      r"now\).*nothing was changed"):
+    update.update(str(tmp_path / "index"), lambda: (TableEncoder(table), {
+        **MODEL, "doc_max_length": 64
+    }), (added, added), [], {})
   with pytest.raises(ValueError, match=r"the ids to delete:1: 'nope'"):  # Before any model loads.
     update.update(str(tmp_path / "index"), lambda: pytest.fail("the encoder was loaded"),
                   (added, added), ["nope"], {})
@@ -325,6 +336,42 @@ def test_the_next_update_removes_the_temporary_a_killed_one_left(tmp_path):
   reader.open_index(str(tmp_path / "index")).verify()
 
 
+def test_an_update_of_any_generation_looks_at_the_two_beside_it(tmp_path):
+  """An update removed what killed ones left by trying every generation from 0 to the
+  manifest's: a manifest of generation 10^12 held `export.lock` for years. Now it removes the
+  leftovers of the generation committed over (here planted) and of the next, and nothing else."""
+  table, doc_ids, _, deleted = _corpora()
+  index = tmp_path / "index"
+  _export(index, table, doc_ids)
+  _update(index, table, [], deleted[:2])  # Generation 1.
+  manifest = files.read_json(str(index / files.MANIFEST))
+  old, new = files.names(manifest), files.names({"generation": 10**12})
+  for kind, name in old.items():
+    if os.path.lexists(index / name):
+      os.rename(index / name, index / new[kind])
+  renamed = {old[kind]: new[kind] for kind in old}
+  manifest["files"] = {
+      "/".join([renamed.get(path.split("/")[0],
+                            path.split("/")[0]), *path.split("/")[1:]]): record
+      for path, record in manifest["files"].items()
+  }
+  (index / files.MANIFEST).write_text(json.dumps({**manifest, "generation": 10**12}))
+  left = index / files.names({"generation": 10**12 - 1})[files.DOC_IDS]
+  shutil.copy(index / new[files.DOC_IDS], left)
+  process = run_tool("xtr.cli.export", f"--out={index}", f"--delete={_ids_file(tmp_path, 'doc-1')}",
+                     timeout=120)
+  assert process.returncode == 0, process.stderr[-3000:]
+  assert files.read_json(str(index / files.MANIFEST))["generation"] == 10**12 + 1
+  assert not left.exists()
+  reader.open_index(str(index)).verify()
+
+
+def _ids_file(tmp_path, *doc_ids):
+  path = tmp_path / "ids.txt"
+  path.write_text("".join(f"{doc_id}\n" for doc_id in doc_ids))
+  return path
+
+
 def _slice_update(scifact_slice, tmp_path):
   """The slice's corpus lines, the ids to delete (10) and the lines to add (5 of them again)."""
   lines = (scifact_slice / "corpus.jsonl").read_text().splitlines(keepends=True)
@@ -338,10 +385,13 @@ def test_export_cli_adds_and_deletes_as_a_fresh_export_ranks(exported, scifact_s
                                                              t5_spm_path):
   """xtr-export --delete --add with the tiny T5: rankings equal to an export of the resulting
   corpus under brute force; bad ids files (by line), an empty one, a corpus without documents or
-  in a pipe are refused, exit 2, the index unchanged, before the checkpoint is read."""
+  in a pipe are refused, exit 2, the index unchanged, before the checkpoint is read; and so is
+  the index's checkpoint set up otherwise than at the export."""
   model_dir, index_dir = exported
   _slice_update(scifact_slice, tmp_path)
-  (tmp_path / "delete.txt").rename(tmp_path / "ids.txt")
+  ids = (tmp_path / "delete.txt").read_bytes()
+  (tmp_path / "delete.txt").unlink()
+  (tmp_path / "ids.txt").write_bytes(codecs.BOM_UTF8 + ids)  # As some editors save it: refused.
   (tmp_path / "delete.txt").symlink_to(tmp_path / "ids.txt")  # The user's file: it was refused.
   updated = tmp_path / "updated"
   shutil.copytree(index_dir, updated)
@@ -368,6 +418,13 @@ def test_export_cli_adds_and_deletes_as_a_fresh_export_ranks(exported, scifact_s
        "twice (once for its sha256, which the index records); write it to a file first.")):
     process = run_tool("xtr.cli.export", *missing, f"--out={updated}", *flags, timeout=120)
     assert process.returncode == 2 and process.stderr.strip().endswith(message), process.stderr
+  # The index's checkpoint, its documents cut at the default 256 tokens instead of the export's
+  # 64: the update added them so (exit 0), beside the old ones.
+  process = run_tool("xtr.cli.export", *model[:2], *model[3:], f"--out={updated}",
+                     f"--delete={tmp_path / 'delete.txt'}", f"--add={tmp_path / 'add.jsonl'}")
+  assert process.returncode == 2 and process.stderr.strip().endswith(
+      "other model settings (doc_max_length 64 there, 256 now): update it with the gin files it "
+      "was exported with; nothing was changed."), process.stderr
   assert _files(updated) == before
   process = run_tool("xtr.cli.export", *model, f"--out={updated}",
                      f"--delete={tmp_path / 'delete.txt'}", f"--add={tmp_path / 'add.jsonl'}")

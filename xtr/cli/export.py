@@ -42,6 +42,7 @@ bindings, gives another ScaNN of the same vectors (e.g. 4 dimensions per block);
 --delete) is compacted instead: its live documents are copied into new chunks, without the deleted
 ones, as a fresh export of the updated corpus writes them, and ScaNN is trained anew.
 """
+import codecs
 import os
 from typing import Sequence
 
@@ -233,7 +234,11 @@ def _update(out_dir: str) -> dict:
       raise app.UsageError(f"--add={_ADD.value} holds no document.")
     added = (list(corpus), list(corpus.values()))
     record["add"] = {"path": _ADD.value, "sha256": io.sha256(_ADD.value), "num_docs": len(corpus)}
-  load_encoder = lambda: model_spec.gin_encoder(_CHECKPOINT.value)
+
+  def load_encoder():
+    encoder = model_spec.gin_encoder(_CHECKPOINT.value)
+    return encoder, model_spec.describe(encoder)
+
   return update.update(out_dir, load_encoder, added, deleted, record)
 
 
@@ -242,7 +247,7 @@ def _doc_ids_file(path: str) -> list[str]:
   given twice, naming the line. A symlink is followed (it is the user's file, as --corpus is);
   a FIFO or device is refused."""
   with io.open_binary(path) as f:
-    lines = f.read().split(b"\n")
+    lines = f.read().removeprefix(codecs.BOM_UTF8).split(b"\n")
   if lines[-1] == b"":
     lines.pop()
   ids, seen = [], {}

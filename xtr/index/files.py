@@ -310,6 +310,12 @@ def check_manifest(manifest: Any, path: str) -> None:
                        not isinstance(manifest.get("num_indexed_tokens"), int)):
     refuse(f"a pruned or updated index needs a listed {current[SCANN_TOKENS]} and an integer "
            "num_indexed_tokens")
+  indexed = manifest.get("num_indexed_tokens", manifest["num_tokens"])
+  if (not isinstance(indexed, int) or isinstance(indexed, bool) or
+      not 0 <= indexed <= manifest["num_tokens"] or
+      (current[SCANN_TOKENS] not in manifest["files"] and indexed != manifest["num_tokens"])):
+    refuse(f"num_indexed_tokens is not a count of the tokens, all of them unless "
+           f"{current[SCANN_TOKENS]} is listed")
   deleted = manifest.get("num_deleted_docs", 0)
   if (not isinstance(deleted, int) or isinstance(deleted, bool) or
       not 0 <= deleted <= manifest["num_docs"] or

@@ -42,8 +42,10 @@ def update(index_dir: str, load_encoder: Callable[[], Any],
   """Deletes the documents `deleted` from the index at `index_dir`, then adds `added`.
 
   Args:
-    load_encoder: loads the index's encoder (`xtr.models.encoding.Encoder`: its fingerprint is
-      checked); called, once the ids are checked, only if documents are added.
+    load_encoder: loads the index's encoder (`xtr.models.encoding.Encoder`) and its model as
+      `xtr.models.model_spec.describe` writes it: the fingerprint and the description (lengths,
+      vocabulary, backbone settings) are checked against the index's; called, once the ids are
+      checked, only if documents are added.
     added: (doc ids, texts) of new documents (None: none); an id may be one deleted now.
     deleted: ids of documents of the index to delete.
     record: what the manifest's "updates" list records of this update: the files' paths
@@ -70,7 +72,7 @@ def update(index_dir: str, load_encoder: Callable[[], Any],
     if (gone | gone_now).all() and not added_ids:
       raise ValueError(f"the update would delete every document of {index_dir}; nothing was "
                        "changed.")
-    encoder = _checked_encoder(index_dir, manifest, load_encoder()) if added_ids else None
+    encoder = _checked_encoder(index_dir, manifest, *load_encoder()) if added_ids else None
     generation = manifest.get("generation", 0) + 1
     _remove_unlisted(index_dir, manifest, generation)
     new = _commit(index_dir, manifest, generation, doc_ids + list(added_ids), gone | gone_now,
@@ -104,12 +106,19 @@ def _manifest(index_dir: str) -> dict[str, Any]:
   return manifest
 
 
-def _checked_encoder(index_dir: str, manifest: dict[str, Any], encoder: Any) -> Any:
-  """`encoder`, if it is the model the index was exported with."""
+def _checked_encoder(index_dir: str, manifest: dict[str, Any], encoder: Any,
+                     model: dict[str, Any]) -> Any:
+  """`encoder` (described by `model`), if it is the model the index was exported with and set
+  up as it was (the same parameters can encode at other lengths or with another vocabulary)."""
   if (manifest["fingerprint"], manifest["dim"]) != (encoder.fingerprint, encoder.dim):
     raise ValueError(f"{index_dir} was exported with another checkpoint (fingerprint "
                      f"{manifest['fingerprint']}, this one's {encoder.fingerprint}): update it "
                      "with the checkpoint it was exported with.")
+  changed = writer_lib.changed_model(manifest["model"], model)
+  if changed:
+    differ = "; ".join(f"{key} {there!r} there, {now!r} now" for key, there, now in changed)
+    raise ValueError(f"{index_dir} was exported with other model settings ({differ}): update it "
+                     "with the gin files it was exported with; nothing was changed.")
   return encoder
 
 
@@ -146,12 +155,13 @@ def _check_added(doc_ids: Sequence[str], gone: np.ndarray, added_ids: Sequence[s
 
 
 def _remove_unlisted(index_dir: str, manifest: dict[str, Any], generation: int) -> None:
-  """Removes what a killed update left: the files of generations other than the manifest's (an
-  uncommitted next one, or earlier ones a kill kept from being removed) and unlisted chunks,
-  with their temporaries (`name.tmp`)."""
+  """Removes what a killed update left: the files of the generations beside the manifest's
+  (`generation`, uncommitted; `generation` - 2, committed over but not yet removed: each update
+  removes them first, so no earlier one is left) and unlisted chunks, with their temporaries
+  (`name.tmp`). Never the generations from 0 up: a manifest's generation is not bounded."""
   current = set(files.names(manifest).values())
-  for earlier in range(generation + 1):
-    for name in set(files.names({"generation": earlier}).values()) - current:
+  for left in (generation - 2, generation):
+    for name in set(files.names({"generation": max(left, 0)}).values()) - current:
       for path in _with_temporary(os.path.join(index_dir, name)):
         io.remove_stale(path)
   chunk = len(manifest["chunks"])

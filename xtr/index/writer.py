@@ -45,17 +45,37 @@ def _without_path(record: Any) -> Any:
   return {k: v for k, v in record.items() if k != "path"} if isinstance(record, dict) else record
 
 
+def _model_without_path(model: Any) -> Any:
+  """A model description (`model_spec.describe`) without its vocabulary file's path."""
+  if isinstance(model, dict) and "vocabulary" in model:
+    return {**model, "vocabulary": _without_path(model["vocabulary"])}
+  return model
+
+
+def changed_model(recorded: dict[str, Any], model: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+  """(key, recorded value, value) of each entry where two model descriptions differ as JSON,
+  nested keys joined by "." (the vocabulary's path does not count, its sha256 does)."""
+
+  def differences(a, b, prefix):
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+      return [] if a == b else [(prefix, a, b)]
+    return [
+        difference for key in sorted(a.keys() | b.keys())
+        for difference in differences(a.get(key), b.get(key), f"{prefix}{key}.")
+    ]
+
+  as_json = lambda m: json.loads(json.dumps(_model_without_path(m)))
+  return [(key[:-1], a, b) for key, a, b in differences(as_json(recorded), as_json(model), "")]
+
+
 def _changed_settings(previous: dict[str, Any], settings: dict[str, Any]) -> list[str]:
   """The provenance keys whose values differ (paths of the same files do not count)."""
 
   def provenance(s):
-    model = s.get("model")
-    if isinstance(model, dict) and "vocabulary" in model:
-      model = {**model, "vocabulary": _without_path(model["vocabulary"])}
     return {
         **{
             k: s.get(k) for k in _PROVENANCE
-        }, "model": model,
+        }, "model": _model_without_path(s.get("model")),
         "corpus": _without_path(s.get("corpus"))
     }
 
