@@ -26,6 +26,7 @@ Queries and documents come as `Tokens` (vectors, mask, salience or None: `xtr_en
 """
 import dataclasses
 import functools
+import math
 
 import gin
 import jax
@@ -75,8 +76,22 @@ class Objective:
   distillation: float = 0.0
 
   def __post_init__(self):
+    """Refuses a binding of the wrong type or out of range, naming it, before any work (a
+    temperature of 0 trained on NaN, a negative one toward the reverse ranking, k_train 0 on
+    zero gradients)."""
     typecheck.arguments(Objective.__init__,
                         dataclasses.asdict(self) | {"alignment": self.alignment})
+    ranges = (
+        ("k_train", self.k_train >= 1, "a positive integer"),
+        ("temperature", self.temperature > 0, "a positive number"),
+        ("l1", self.l1 >= 0, "a number >= 0"),
+        ("distillation", self.distillation >= 0, "a number >= 0"),
+    )
+    for name, fits, expected in ranges:
+      value = getattr(self, name)
+      if not (fits and math.isfinite(value)):
+        raise ValueError(f"objective.Objective.{name} = {value!r}: expected {expected}; check its "
+                         "gin binding.")
     registry.get(self.scoring, "train")
     if self.alignment is not None and self.scoring != "aligner":
       raise ValueError(f"objective.Objective.scoring={self.scoring!r} uses no alignment; train "

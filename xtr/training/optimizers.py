@@ -1,5 +1,6 @@
 """Optimizers and learning-rate schedules (optax), configured from gin."""
 from collections.abc import Sequence
+import math
 import re
 
 import gin
@@ -12,8 +13,12 @@ from xtr import typecheck
 
 @gin.configurable
 def warmup_constant(learning_rate: float = 1e-3, warmup_steps: int = 1000) -> optax.Schedule:
-  """Linear warmup from 0 to `learning_rate`, then constant (the paper's schedule)."""
+  """Linear warmup from 0 to `learning_rate`, then constant (the paper's schedule); refuses a
+  learning rate that is not a positive number (a negative one ascends the loss) and negative
+  warmup steps, naming the binding."""
   typecheck.arguments(warmup_constant, locals())
+  _check("warmup_constant.learning_rate", learning_rate, learning_rate > 0, "a positive number")
+  _check("warmup_constant.warmup_steps", warmup_steps, warmup_steps >= 0, "an integer >= 0")
   warmup = optax.linear_schedule(0.0, learning_rate, max(warmup_steps, 1))
   return optax.join_schedules([warmup, optax.constant_schedule(learning_rate)], [warmup_steps])
 
@@ -28,8 +33,16 @@ def make_optimizer(
     a parameter one of them matches (`re.search`) is never updated, and its gradient counts
     neither in the clipping norm nor in weight decay. E.g. ("backbone/embeddings",
     "backbone/layers_[0-2]/") freezes a 6-layer BERT's lower half.
+  max_grad_norm: clips the global gradient norm to this positive number (None: no clipping).
+
+  Raises:
+    ValueError: naming a binding out of range (weight_decay < 0, max_grad_norm <= 0).
   """
   typecheck.arguments(make_optimizer, locals())
+  _check("make_optimizer.weight_decay", weight_decay, weight_decay >= 0, "a number >= 0")
+  if max_grad_norm is not None:
+    _check("make_optimizer.max_grad_norm", max_grad_norm, max_grad_norm > 0,
+           "a positive number or None")
   schedule = schedule or warmup_constant()
   if name == "adafactor":
     optimizer = optax.adafactor(schedule, weight_decay_rate=weight_decay or None)
@@ -43,6 +56,12 @@ def make_optimizer(
     return optimizer
   freeze = _zero_matching(frozen)
   return optax.chain(freeze, optimizer, freeze)
+
+
+def _check(name: str, value: float, fits: bool, expected: str) -> None:
+  """Refuses `value` of the binding `optimizers.{name}` unless it `fits` and is finite."""
+  if not (fits and math.isfinite(value)):
+    raise ValueError(f"optimizers.{name} = {value!r}: expected {expected}; check its gin binding.")
 
 
 def _zero_matching(patterns: Sequence[str]) -> optax.GradientTransformation:

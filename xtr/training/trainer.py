@@ -78,6 +78,9 @@ def train(
       `dev_eval.DevEvaluator` (nDCG@10 of a dev split).
   """
   typecheck.arguments(train, locals())
+  _check_counts(num_steps, log_every_steps, micro_batch_size)
+  # Built now, its bindings checked (e.g. the learning rate), before the mesh, data or model dir.
+  optimizer = optimizers.make_optimizer()
   # Read and checked here, before TensorFlow reads it lazily (a FIFO hung it, damage was a
   # traceback hundreds of lines long).
   xtr_encoder.check_vocabulary(model, tokenization.of(vocabulary))
@@ -108,7 +111,6 @@ def train(
                                    batch_size // layout.num_shards, seed, shard_id=layout.shard_id,
                                    num_shards=layout.num_shards)
     iterator = iter(batches)
-    optimizer = optimizers.make_optimizer()
     first_batches = lambda task: pipeline.get_dataset(task or dataset.task_name, vocabulary, dataset
                                                       .task_feature_lengths, batch_size, seed
                                                      ).as_numpy_iterator()
@@ -157,6 +159,18 @@ def train(
 class Preempted(SystemExit):
   """Training stopped at a preemption notice (SIGTERM) after saving its step: the process ends
   (exit status 0) rather than go on to what needs the trained model."""
+
+
+def _check_counts(num_steps: int, log_every_steps: int, micro_batch_size: int | None) -> None:
+  """Refuses, naming the binding, num_steps < 0 (0 saves the initial model; below 0 a run did
+  nothing and exited 0), log_every_steps < 1 (a ZeroDivisionError after the first step) and
+  micro_batch_size < 1."""
+  for name, value, least in (("num_steps", num_steps, 0), ("log_every_steps", log_every_steps, 1),
+                             ("micro_batch_size",
+                              1 if micro_batch_size is None else micro_batch_size, 1)):
+    if value < least:
+      raise ValueError(f"trainer.train.{name} = {value!r}: expected an integer >= {least}; check "
+                       "its gin binding.")
 
 
 def _model_dir_lock(model_dir: str) -> contextlib.AbstractContextManager:
