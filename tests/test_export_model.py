@@ -154,6 +154,28 @@ def test_an_existing_out_its_temporary_or_a_salience_model_is_refused(tmp_path, 
   assert not (tmp_path / "aligner_out").exists()
 
 
+def test_an_out_in_the_runs_checkpoints_is_refused(tmp_path, t5_spm_path):
+  """xtr-export-model and xtr-export wrote --out=RUN/checkpoints/7 (exit 0), which then passed for
+  the run's latest step: no tool could load the run, nor xtr-train resume it. Refused, as
+  xtr-wise-ft refuses it; and a stray numbered directory there is not taken for a step."""
+  run = tmp_path / "run"
+  retrieval_setup.random_checkpoint(run, 0, t5_spm_path)
+  gin.clear_config()
+  model = ["--gin_file=gin/models/t5_1_1_tiny.gin", f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'"]
+  (tmp_path / "corpus.jsonl").write_text('{"_id": "d", "text": "a document"}\n')
+  for tool, flags in (("xtr.cli.export_model", []), ("xtr.cli.export",
+                                                     [f"--corpus={tmp_path / 'corpus.jsonl'}"])):
+    for out in (run / "checkpoints" / "7", run / "initial" / "x", run / "checkpoints" / "0" / "x"):
+      result = run_tool(tool, *model, f"--checkpoint={run}", *flags, f"--out={out}")
+      assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (
+          2, f"xtr-tool: --out={out} lies in the checkpoints of --checkpoint={run}, where it "
+          "would become one of them; choose a directory outside them."), (tool, out)
+      assert not out.exists()
+  before = encoding.load_params(str(run))
+  (run / "checkpoints" / "7").mkdir()
+  jax.tree.map(np.testing.assert_array_equal, encoding.load_params(str(run)), before)
+
+
 @pytest.mark.parametrize("binding, problem", [
     ("xtr_encoder.XTREncoder.embed_dim = None",
      r"parameter \['projection'\]\['kernel'\]: None \(model\) vs \(64, 128\) \(checkpoint\)"),

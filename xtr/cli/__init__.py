@@ -64,13 +64,53 @@ ENCODER_BINDINGS = ("xtr.models.encoding.Encoder.model = %MODEL",
 
 def parse_gin(extra_bindings: Sequence[str] = ()) -> None:
   """Parses --gin_file, then --gin_bindings, then `extra_bindings`; a ValueError names what gin
-  cannot parse."""
+  cannot parse, and the file and line or the binding of a statement that gin cannot carry out
+  (a module that is not there, a name no import provides)."""
   gin.add_config_file_search_path(str(REPO_DIR))
   try:
     gin.parse_config_files_and_bindings(GIN_FILES.value, [*GIN_BINDINGS.value, *extra_bindings])
   except (SyntaxError, tokenize.TokenError) as e:
     where = getattr(e, "filename", None) or "a file of --gin_file or --gin_bindings"
     raise ValueError(f"gin cannot parse {where}: {e}") from None
+  except (ImportError, NameError, AttributeError) as e:
+    if not isinstance(e, ImportError) and not _raised_by_gin(e):
+      raise  # A bug in a module that a gin statement imports.
+    raise ValueError(_gin_statement_error(e)) from None
+
+
+# The lines that gin appends to an error raised by a statement: its file and line, or its line
+# in the bindings (all joined into one string), then the statement and maybe a caret under it.
+_GIN_LOCATION = re.compile(r'\n  In (?:file "(?P<file>.*)", line (?P<line>\d+)|bindings string '
+                           r"line \d+)\n    (?P<statement>[^\n]*)")
+
+
+def _raised_by_gin(error: BaseException) -> bool:
+  """Whether gin's own code raised `error` (not code that a statement ran)."""
+  frames = traceback.extract_tb(error.__traceback__)
+  return bool(frames) and pathlib.Path(frames[-1].filename).parent == pathlib.Path(
+      gin.__file__).parent
+
+
+def _gin_statement_error(error: BaseException) -> str:
+  """What a gin statement that raised `error` is, where (the file and line, or the binding), and
+  what to do."""
+  message = str(error)
+  location = _GIN_LOCATION.search(message)
+  what = message[:location.start()] if location else message
+  what = what.strip().rstrip(".")
+  if location is None:
+    where = "a statement of --gin_file or --gin_bindings"
+  elif location["file"] is not None:
+    where = f"{location['file']}:{location['line']} ({location['statement'].strip()})"
+  else:
+    where = f"--gin_bindings={location['statement'].strip()!r}"
+  if isinstance(error, ImportError):
+    hint = "is the module's name right, and is it installed?"
+  elif isinstance(error, NameError):
+    hint = "import the name's module first (e.g. `from xtr.training import trainer`)."
+  else:
+    hint = "check the name."
+  return f"gin cannot carry out {where}: {what}; {hint}"
 
 
 class IndexFlags:
@@ -321,6 +361,19 @@ def _reads(name: str, source: str, target: str) -> bool:
   if name == "data_dir":
     return first == "qrels" or first.startswith(("corpus.", "queries."))
   return True  # An index: every file in it is one.
+
+
+def check_outside_run(out: str, checkpoint: str) -> None:
+  """Refuses --out=out in the checkpoints of the xtr-train run at --checkpoint (its model dir or
+  one of its step dirs), or the run's dir itself: there it became the run's latest step (or its
+  θ_0), and neither could a tool load the run nor xtr-train resume it."""
+  run, target = os.path.realpath(checkpoint), os.path.realpath(out)
+  if os.path.basename(os.path.dirname(run)) == "checkpoints":  # A step dir.
+    run = os.path.dirname(os.path.dirname(run))
+  for inner in (os.path.join(run, "checkpoints"), os.path.join(run, "initial")):  # Steps; θ_0.
+    if target in (run, inner) or target.startswith(os.path.join(inner, "")):
+      raise app.UsageError(f"--out={out} lies in the checkpoints of --checkpoint={checkpoint}, "
+                           "where it would become one of them; choose a directory outside them.")
 
 
 def check_input_file(flag: str, path: str) -> None:

@@ -273,6 +273,7 @@ def _export(out_dir: str, prune_doc: float | None, shard: tuple[int, int]) -> di
     if not flag.value:
       raise app.UsageError(f"--{flag.name} is required (or --from_index).")
   cli.check_input_file("corpus", _CORPUS.value)
+  cli.check_outside_run(_OUT.value, _CHECKPOINT.value)
   _parse_gin(extra_bindings=[*cli.ENCODER_BINDINGS, f"CHECKPOINT = {_CHECKPOINT.value!r}"])
   corpus = beir_files.read_jsonl(_CORPUS.value, beir_files.document_text)
   docs = build.shard_range(len(corpus), *shard)

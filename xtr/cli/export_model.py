@@ -27,6 +27,7 @@ _OUT = flags.DEFINE_string("out", None, "The directory to write (must not exist)
 
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
+  cli.check_outside_run(_OUT.value, _CHECKPOINT.value)
   if os.path.lexists(_OUT.value):
     raise app.UsageError(f"--out={_OUT.value} exists; name a new directory.")
   if os.path.lexists(temporary := released.temporary_dir(_OUT.value)):

@@ -13,7 +13,6 @@ from absl import app
 from absl import flags
 
 from xtr import cli
-from xtr.training import checkpoints
 from xtr.training import wise_ft
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "xtr-train model_dir (with initial/).")
@@ -26,11 +25,7 @@ def _check_out(out: str, run: str) -> None:
   """Refuses an --out inside the run's checkpoints (it became the run's latest step, or its θ_0)
   and an existing --out, unless all it holds is a killed run's orbax temporaries (the write
   starts again)."""
-  target, run = os.path.realpath(out), os.path.realpath(run)
-  for inner in (os.path.join(run, "checkpoints"), os.path.join(run, checkpoints.INITIAL_PARAMS)):
-    if target in (run, inner) or target.startswith(os.path.join(inner, "")):
-      raise app.UsageError(f"--out={out} lies in the checkpoints of --checkpoint={run}, where it "
-                           "would become one of them; choose a directory outside them.")
+  cli.check_outside_run(out, run)
   interrupted = (os.path.isdir(out) and not os.path.islink(out) and os.listdir(out) and
                  all(_ORBAX_TEMPORARY in name for name in os.listdir(out)))
   if os.path.lexists(out) and not interrupted:

@@ -29,7 +29,10 @@ def latest_step_dir(checkpoint: str) -> epath.Path:
   path = path if path.is_absolute() else path.absolute()  # Orbax needs absolute paths.
   if (path / "state").exists():
     return path
-  steps = [p for p in (path / "checkpoints").glob("*") if p.name.isdigit()]
+  # Step dirs that hold a saved state: a stray numbered directory is not the run's latest step.
+  steps = [
+      p for p in (path / "checkpoints").glob("*") if p.name.isdigit() and (p / "state").is_dir()
+  ]
   if not steps:
     raise FileNotFoundError(f"No complete xtr-train checkpoint under {path}, nor released XTR "
                             f"weights ({', '.join(released.FILES)}).")
