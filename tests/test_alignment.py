@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 
+from xtr import cli
 from xtr.models import top_k
 from xtr.scoring import alignment
 from xtr.scoring import functions
@@ -220,6 +221,14 @@ def test_top_1_without_salience_is_f_colbert(normalize):
     ({
         "normalize": "mean"
     }, "normalize must be one of"),
+    ({
+        "pairwise": "top_k",
+        "k": 2**31
+    }, "top_k alignment needs k <= 2,147,483,647 .*, got 2147483648"),
+    ({
+        "pairwise": "differentiable",
+        "k": 10**20
+    }, f"differentiable alignment needs k <= 2,147,483,647 .*, got {10**20}"),
 ])
 def test_bad_settings_are_named(kwargs, message):
   q, q_mask, d, d_mask, _, _ = _batch()
@@ -237,6 +246,25 @@ def test_an_alignment_prints_as_the_text_it_parses_from(text):
   parsed = alignment.Alignment.parse(text)
   assert str(parsed) == text
   assert alignment.Alignment.parse(str(parsed)) == parsed
+
+
+@pytest.mark.parametrize("text", ["top_k:2147483648", f"differentiable:{10**20}"])
+def test_a_k_beyond_int32_is_refused_when_parsed(text):
+  """Before: an OverflowError traceback from JAX at the first scoring, after the index was loaded
+  and the queries encoded."""
+  with pytest.raises(ValueError, match=f"alignment '{text}': .* needs k <= 2,147,483,647"):
+    alignment.Alignment.parse(text)
+
+
+def test_the_largest_k_is_the_bound_of_the_tools_count_flags_and_scores():
+  assert alignment.MAX_K == cli.MAX_COUNT
+  q, q_mask, d, d_mask, _, _ = _batch()
+  for pairwise in ("top_k", "differentiable"):  # k above the document length: every token.
+    np.testing.assert_allclose(
+        alignment.sparse_alignment_scores(q, q_mask, d, d_mask, pairwise=pairwise,
+                                          k=alignment.MAX_K),
+        alignment.sparse_alignment_scores(q, q_mask, d, d_mask, pairwise=pairwise, k=d.shape[1]),
+        atol=1e-5)
 
 
 def test_top_mask_breaks_ties_to_the_lower_index_and_skips_padding():

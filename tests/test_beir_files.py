@@ -91,3 +91,27 @@ def test_a_line_too_long_for_any_document_is_refused_before_it_is_read_whole(tmp
     with pytest.raises(ValueError,
                        match=re.escape(f"{tmp_path / name}:2: longer than 1,000 bytes")):
       beir_files.read_jsonl(str(tmp_path / name), beir_files.document_text)
+
+
+@pytest.mark.parametrize("name", ["Q.JSONL", "q.json", "q.Jsonl", "Q.JSONL.GZ", "q.json.gz"])
+def test_a_queries_file_is_read_by_its_extension_in_any_case(tmp_path, name):
+  """Before: Q.JSONL and q.json were read as plain text, each JSON line a query, its line number
+  the id (a wrong run file, exit 0)."""
+  records = '{"_id": "q7", "text": "vitamin c scurvy"}\n{"_id": "q9", "text": "sugar tea"}\n'
+  (tmp_path / "q.jsonl").write_text(records)
+  data = gzip.compress(records.encode()) if name.lower().endswith(".gz") else records.encode()
+  (tmp_path / name).write_bytes(data)
+  expected = beir_files.read_queries(str(tmp_path / "q.jsonl"))
+  assert expected == {"q7": "vitamin c scurvy", "q9": "sugar tea"}
+  assert beir_files.read_queries(str(tmp_path / name)) == expected
+
+
+@pytest.mark.parametrize("name", ["Q.TSV", "q.Tsv.gz"])
+def test_a_tsv_queries_file_is_read_by_its_extension_in_any_case(tmp_path, name):
+  lines = "q7\tvitamin c scurvy\nq9\tsugar tea\n"
+  data = gzip.compress(lines.encode()) if name.lower().endswith(".gz") else lines.encode()
+  (tmp_path / name).write_bytes(data)
+  assert beir_files.read_queries(str(tmp_path / name)) == {
+      "q7": "vitamin c scurvy",
+      "q9": "sugar tea"
+  }

@@ -3,12 +3,14 @@ a traceback only with --traceback; outputs that are pipes or full disks; clean s
 import contextlib
 import errno
 import gzip
+import io as python_io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import types
 
 import gin
 import numpy as np
@@ -42,13 +44,19 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
         ("--threads=1000000000", f"1000000000 is not an integer in the range [1, "
                                  f"{os.cpu_count()}]"),
         ("--no_such_flag", "Unknown command line flag 'no_such_flag'"),
+        *[(f"--scoring=aligner --alignment={name}:{10**20}",
+           f"--alignment={name}:{10**20}: alignment '{name}:{10**20}': {name} alignment needs "
+           f"k <= 2,147,483,647") for name in ("top_k", "differentiable")],
     ]),
     "xtr.cli.eval_beir": (_EVAL, [("--k_prime=0", "--k_prime=0"), ("--impute=nan", "--impute=nan"),
                               ("--top_k=-1", "--top_k=-1")]),
     "xtr.cli.adapt_alignment": (_EVAL, [
         ("--shots=0", "--shots=0"), ("--shots=10000000000", "--shots=10000000000"),
         ("--seed=-1", "--seed=-1: -1 is not an integer in the range [0, "),
-        ("--prune_query=nan", "--prune_query=nan")]),
+        ("--prune_query=nan", "--prune_query=nan"),
+        (f"--strategies=top_k:1,top_k:{2**31}", f"--strategies: alignment 'top_k:{2**31}': "
+         f"top_k alignment needs k <= 2,147,483,647 (the int32 bound of JAX's top-k), got "
+         f"{2**31}")]),
     "xtr.cli.export": ((f"--out={MISSING}/index", f"--checkpoint={MISSING}/model",
                     f"--corpus={MISSING}/corpus.jsonl"), [
         ("--docs_per_chunk=0", "--docs_per_chunk=0"),
@@ -193,6 +201,31 @@ def test_absurd_flags_are_refused_in_one_line_before_any_work(refusals, module, 
   assert stderr.endswith("\n") and stderr.count("\n") == 1, stderr
   assert stderr.startswith("xtr-tool: ") and named in stderr, stderr
   assert "Traceback" not in stderr and MISSING not in stderr
+
+
+def test_gin_statements_that_gin_cannot_carry_out_are_refused_naming_the_file_or_binding(tmp_path):
+  """Before: a traceback (ModuleNotFoundError, NameError, AttributeError), exit status 1."""
+  (tmp_path / "unimported.gin").write_text("from __gin__ import dynamic_registration\n"
+                                           "include 'gin/runs/smoke.gin'\n"
+                                           "trainer.train.num_steps = 2\n")
+  cases = [
+      (["--gin_bindings=import nonexistent_module_xyz"],
+       "xtr-tool: gin cannot carry out --gin_bindings='import nonexistent_module_xyz': No module "
+       "named 'nonexistent_module_xyz'; is the module's name right, and is it installed?\n"),
+      ([f"--gin_file={tmp_path / 'unimported.gin'}"],
+       f"xtr-tool: gin cannot carry out {tmp_path / 'unimported.gin'}:3 (trainer.train.num_steps "
+       "= 2): 'trainer' was not provided by an import statement; import the name's module first "
+       "(e.g. `from xtr.training import trainer`).\n"),
+      ([
+          "--gin_bindings=from __gin__ import dynamic_registration",
+          "--gin_bindings=from xtr.training import trainer", "--gin_bindings=trainer.tran.x = 1"
+      ], "xtr-tool: gin cannot carry out --gin_bindings='trainer.tran.x = 1': Couldn't resolve "
+       "selector trainer.tran; "),
+  ]
+  results = _probe("xtr.cli.train", [args for args, _ in cases])
+  for (args, expected), (status, stderr) in zip(cases, results):
+    assert status == cli.REFUSED and stderr.count("\n") == 1, (args, stderr)
+    assert stderr.startswith(expected), (args, stderr)
 
 
 def test_a_refusal_shows_its_traceback_only_with_the_switch():
@@ -466,10 +499,49 @@ def test_control_characters_in_queries_are_refused_naming_file_and_line(
     beir_files.read_queries(str(tmp_path / name))
 
 
+@pytest.mark.parametrize("name, content, message", [
+    ("q.txt", 'vitamin c\n{"_id": "7", "text": "scurvy"}\n',
+     r"q.txt:2: a BEIR query record \(\{\"_id\", \"text\"\}\) in a plain-text queries file, "
+     r"whose lines are queries; to read it so, name the file .jsonl \(not q.txt\)$"),
+    ("queries", '  {"text": "scurvy", "_id": "7", "title": ""}\n',
+     r"queries:1: a BEIR query record .* name the file .jsonl \(not queries\)$"),
+    ("q.txt", "vitamin c\nsugar tea\n7\tscurvy\n",
+     r"q.txt:3: a tab in a plain-text query \(an `id<TAB>text` line\?\); to read it so, name "
+     r"the file .tsv \(not q.txt\), or replace the tab by a space$"),
+    ("q.txt.gz", "scurvy\t\n", r"q.txt.gz:1: a tab in a plain-text query"),
+])
+def test_a_plain_text_queries_file_of_records_or_tabs_is_refused_naming_file_and_line(
+    tmp_path, name, content, message):
+  """Before: each JSON line, or `id<TAB>text` line, was one query's text, its line number the
+  id (a wrong run file, exit 0)."""
+  data = gzip.compress(content.encode()) if name.endswith(".gz") else content.encode()
+  (tmp_path / name).write_bytes(data)
+  with pytest.raises(ValueError, match=re.escape(str(tmp_path)) + "/" + message):
+    beir_files.read_queries(str(tmp_path / name))
+
+
+def test_plain_text_queries_that_are_neither_records_nor_tab_separated_are_read(tmp_path):
+  (tmp_path / "q.txt").write_text('{"text": "a json query"}\n{not json\n \t \nlast\n')
+  assert beir_files.read_queries(str(tmp_path / "q.txt")) == {
+      "1": '{"text": "a json query"}',
+      "2": "{not json",
+      "4": "last"
+  }
+
+
+def test_a_record_or_tab_on_stdin_is_refused(monkeypatch):
+  for content, message in (('{"_id": "7", "text": "scurvy"}\n', "write the queries to a .jsonl "
+                            "file"), ("7\tscurvy\n", "write the queries to a .tsv file")):
+    monkeypatch.setattr(sys, "stdin",
+                        types.SimpleNamespace(buffer=python_io.BytesIO(content.encode())))
+    with pytest.raises(ValueError, match=f"^<stdin>:1: .*; to read it so, {message}"):
+      beir_files.read_queries("-")
+
+
 @pytest.mark.parametrize("name, content, expected", [
-    ("q.txt", "\ufeffvitamin c\nsugar\ttea\n", {
+    ("q.txt", "\ufeffvitamin c\nsugar tea\n", {
         "1": "vitamin c",
-        "2": "sugar\ttea"
+        "2": "sugar tea"
     }),
     ("q.tsv", "\ufeffa\tvitamin c\n", {
         "a": "vitamin c"

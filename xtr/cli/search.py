@@ -5,10 +5,11 @@
   xtr-search --index=INDEX_DIR --checkpoint=MODEL_DIR --queries=QUERIES.jsonl --format=trec \
     --out=RUN.trec
 
-Queries: a .jsonl file of {"_id", "text"} (BEIR queries), a .tsv file of `id<TAB>text`, or plain
-text with one query per line (ids are line numbers); `-` reads plain text from stdin (typed on a
-terminal: one query per line, Ctrl-D to end). Output: JSONL ({"query_id", "query", "results":
-[{"doc_id", "score", "rank"}]}) or a TREC run file.
+Queries, by the file's extension in any case (gzipped or not): a .jsonl or .json file of {"_id",
+"text"} (BEIR queries), a .tsv file of `id<TAB>text`, or plain text with one query per line (ids
+are line numbers; a line that is a BEIR record or holds a tab is refused as a misnamed file); `-`
+reads plain text from stdin (typed on a terminal: one query per line, Ctrl-D to end). Output:
+JSONL ({"query_id", "query", "results": [{"doc_id", "score", "rank"}]}) or a TREC run file.
 `--verbose` times each query end to end (encoding alone, search, scoring) on stderr.
 The model comes from the index (its manifest describes it as data); the checkpoint must be the
 one the index was exported with.
@@ -30,7 +31,8 @@ from xtr.retrieval import ranker
 from xtr.scoring import registry
 
 _INDEX_FLAGS = cli.IndexFlags("Token index directory (xtr-export --out).")
-_QUERIES = flags.DEFINE_string("queries", "-", "Queries file (.jsonl, .tsv, text), - = stdin.")
+_QUERIES = flags.DEFINE_string("queries", "-",
+                               "Queries file (.jsonl/.json, .tsv, text), - = stdin.")
 _OUT = flags.DEFINE_string("out", "-", "Output file, - = stdout.")
 _FORMAT = flags.DEFINE_enum("format", "jsonl", ("jsonl", "trec"), "Output format.")
 _VERBOSE = flags.DEFINE_bool(

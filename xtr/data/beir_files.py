@@ -41,7 +41,7 @@ def resolve(data_dir: str, name: str) -> str:
 
 def read_lines(path: str) -> Iterator[tuple[int, str]]:
   """(line number, line without its newline) of a UTF-8 text file, gunzipped if it ends with
-  `.gz`; `-` reads stdin. A byte order mark (U+FEFF) that starts the file is dropped.
+  `.gz` (in any case); `-` reads stdin. A byte order mark (U+FEFF) that starts the file is dropped.
 
   Raises:
     ValueError: naming the file, line and byte of the first invalid UTF-8, the file and line
@@ -52,7 +52,8 @@ def read_lines(path: str) -> Iterator[tuple[int, str]]:
     if path == "-":
       f, path = sys.stdin.buffer, "<stdin>"
     else:
-      f = stack.enter_context(gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb"))
+      gzipped = path.lower().endswith(".gz")
+      f = stack.enter_context(gzip.open(path, "rb") if gzipped else open(path, "rb"))
     for line_number, raw in enumerate(_raw_lines(f, path), start=1):
       try:
         line = raw.decode("utf-8").rstrip("\r\n")
@@ -140,20 +141,26 @@ def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[s
 
 
 def read_queries(path: str) -> dict[str, str]:
-  """{query id: text} from a .jsonl or .tsv file (gzipped or not), or text lines (a file or -
-  for stdin).
+  """{query id: text} from a file whose extension (in any case, before an optional `.gz`) says
+  its format: .jsonl or .json, BEIR's {"_id", "text"} records; .tsv, `id<TAB>text` lines; any
+  other (a file or - for stdin), one query a line, ids the line numbers.
 
   Raises:
     ValueError: naming the file and line of a malformed query or of a control character in
-      one (`check_plain_text`), or if there is no query.
+      one (`check_plain_text`), of a plain-text line that is a BEIR query record or holds a tab
+      (`_check_plain_query`: the file is misnamed), or if there is no query.
   """
-  kind = os.path.splitext(path.removesuffix(".gz"))[1]
-  if kind == ".jsonl":
+  kind = _query_file_kind(path)
+  if kind == "jsonl":
     return _nonempty(read_jsonl(path, search_query_text), path)
   queries = {}
   for line_number, line in read_lines(path):
     where = f"{'<stdin>' if path == '-' else path}:{line_number}"
-    query_id, text = _tsv_query(line, where) if kind == ".tsv" else (str(line_number), line)
+    if kind == "tsv":
+      query_id, text = _tsv_query(line, where)
+    else:
+      query_id, text = str(line_number), line
+      _check_plain_query(line, where, path)
     if query_id in queries:
       raise ValueError(f"{where}: duplicate query id {query_id!r}")
     try:
@@ -163,6 +170,36 @@ def read_queries(path: str) -> dict[str, str]:
     if text.strip():
       queries[query_id] = text
   return _nonempty(queries, path)
+
+
+def _query_file_kind(path: str) -> str:
+  """"jsonl" (.jsonl or .json), "tsv" (.tsv) or "text" (any other name, and - for stdin): the
+  format `read_queries` reads `path` in, by its extension in any case, `.gz` set aside."""
+  extension = os.path.splitext(path.lower().removesuffix(".gz"))[1]
+  return {".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv"}.get(extension, "text")
+
+
+def _check_plain_query(line: str, where: str, path: str) -> None:
+  """Refuses a line of a plain-text queries file (`path`) that is a BEIR query record or holds
+  a tab (`id<TAB>text`?): read as text, the record or the id would be part of the query, and
+  the line number its id."""
+
+  def rename(extension: str) -> str:
+    if path == "-":
+      return f"to read it so, write the queries to a {extension} file"
+    return f"to read it so, name the file {extension} (not {os.path.basename(path)})"
+
+  if line.lstrip().startswith("{"):
+    try:
+      record = json.loads(line)
+    except (ValueError, RecursionError):
+      record = None
+    if isinstance(record, dict) and "_id" in record and "text" in record:
+      raise ValueError(f"{where}: a BEIR query record ({{\"_id\", \"text\"}}) in a plain-text "
+                       f"queries file, whose lines are queries; {rename('.jsonl')}")
+  if "\t" in line and line.strip():
+    raise ValueError(f"{where}: a tab in a plain-text query (an `id<TAB>text` line?); "
+                     f"{rename('.tsv')}, or replace the tab by a space")
 
 
 def _tsv_query(line: str, where: str) -> tuple[str, str]:

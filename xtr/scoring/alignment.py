@@ -31,6 +31,10 @@ NORMALIZE = ("alignment", "query")
 # float32 (measured: NaN within 20 steps of ALIGNER training at ε = 0.002). Floored, such a pair
 # scores ≈ 0, as a pair with Z = 0 does; ALIGNER does not say how it handles Z → 0.
 Z_FLOOR = 1e-3
+# The largest k: JAX holds the per-row budgets of top_k in int32 (a larger k was an OverflowError
+# after the index was loaded and the queries encoded). The bound of the tools' count flags too
+# (`xtr.cli.MAX_COUNT`), kept here because scoring does not import the command-line tools.
+MAX_K = 2**31 - 1
 
 
 def pairwise_alignment(s: jax.Array, d_mask: jax.Array, pairwise: str = "top_k", k: int = 1,
@@ -51,8 +55,7 @@ def pairwise_alignment(s: jax.Array, d_mask: jax.Array, pairwise: str = "top_k",
   d_mask = jnp.broadcast_to(d_mask[None, None], s.shape)
   lengths = jnp.sum(d_mask, axis=-1)  # [B, n, C]
   if pairwise == "top_k":
-    if k < 1:
-      raise ValueError(f"top_k alignment needs k >= 1, got {k}")
+    _check_k(pairwise, k)
     return top_k.top_mask(s, d_mask, jnp.full(lengths.shape, k), k).astype(jnp.float32)
   if pairwise == "top_p":
     if p is None or not 0 < p <= 1:
@@ -62,10 +65,18 @@ def pairwise_alignment(s: jax.Array, d_mask: jax.Array, pairwise: str = "top_k",
     max_budget = max(math.floor(p * s.shape[-1] + 1e-4), 1)  # m <= padded m: no budget exceeds it
     return top_k.top_mask(s, d_mask, budget, max_budget).astype(jnp.float32)
   if pairwise == "differentiable":
-    if k < 1:
-      raise ValueError(f"differentiable alignment needs k >= 1, got {k}")
+    _check_k(pairwise, k)
     return top_k.entropy_topk(s, d_mask, k, epsilon, num_iters)
   raise ValueError(f"pairwise must be one of {PAIRWISE}, got {pairwise!r}")
+
+
+def _check_k(pairwise: str, k: int) -> None:
+  """Refuses a k of top_k or differentiable alignment outside [1, MAX_K]."""
+  if k < 1:
+    raise ValueError(f"{pairwise} alignment needs k >= 1, got {k}")
+  if k > MAX_K:
+    raise ValueError(f"{pairwise} alignment needs k <= {MAX_K:,} (the int32 bound of JAX's "
+                     f"top-k), got {k}")
 
 
 def sparse_alignment_scores(q: jax.Array, q_mask: jax.Array, d: jax.Array, d_mask: jax.Array, *,
@@ -152,14 +163,15 @@ class Alignment:
     if self.pairwise == "top_p":
       if self.p is None or not 0 < self.p <= 1:
         raise ValueError(f"top_p alignment needs 0 < p <= 1, got {self.p}")
-    elif self.k < 1:
-      raise ValueError(f"{self.pairwise} alignment needs k >= 1, got {self.k}")
+    else:
+      _check_k(self.pairwise, self.k)
     if self.normalize not in NORMALIZE:
       raise ValueError(f"normalize must be one of {NORMALIZE}, got {self.normalize!r}")
 
   @classmethod
   def parse(cls, text: str, **settings) -> "Alignment":
-    """"top_k:4", "top_p:0.015" or "differentiable:1" (ValueError naming the text otherwise)."""
+    """"top_k:4", "top_p:0.015" or "differentiable:1", K in [1, MAX_K] (ValueError naming the
+    text otherwise)."""
     name, _, value = text.partition(":")
     try:
       if name == "top_p":
