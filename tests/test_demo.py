@@ -41,6 +41,14 @@ def test_a_wise_ft_alpha_outside_its_interval_is_refused_before_training(tmp_pat
              model=None, vocabulary=None, pretrained_backbone=None, wise_ft_alpha=alpha)
 
 
+@pytest.mark.parametrize("k_prime", [0, -5])
+def test_a_k_prime_out_of_range_is_refused_before_training(tmp_path, k_prime):
+  """It was refused after the whole fine-tuning, naming no binding."""
+  with pytest.raises(ValueError, match=rf"demo.run.k_prime = {k_prime}: .*check its gin binding"):
+    demo.run(out_dir=str(tmp_path), model_dir=str(tmp_path / "model"), data_dir="data/scifact",
+             model=None, vocabulary=None, pretrained_backbone=None, k_prime=k_prime)
+
+
 class _Started(Exception):
   """Raised where the demo's fine-tuning would start."""
 

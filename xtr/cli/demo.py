@@ -107,6 +107,10 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
       initial parameters (`xtr.training.wise_ft`; the run saves them) instead of the fine-tuned one.
   """
   sets = _named_sets([data_dir, *extra_data_dirs])
+  try:  # Here, not after the fine-tuning.
+    config = ranker.SearchConfig(top_k=100, k_prime=k_prime, scoring="xtr")
+  except ValueError as e:
+    raise ValueError(f"demo.run.k_prime = {k_prime!r}: {e}; check its gin binding.") from None
   if wise_ft_alpha is not None and not 0 <= wise_ft_alpha <= 1:
     raise ValueError(f"demo.run.wise_ft_alpha = {wise_ft_alpha}: expected a number in [0, 1].")
   if wise_ft_alpha is not None and not _saves_initial_params():
@@ -127,7 +131,6 @@ def run(out_dir: str = gin.REQUIRED, model_dir: str = gin.REQUIRED, data_dir: st
           "its index with it.", flush=True)
       shutil.rmtree(checkpoint)
       wise_ft.write(model_dir, wise_ft_alpha, checkpoint)
-  config = ranker.SearchConfig(top_k=100, k_prime=k_prime, scoring="xtr")
   backbone_params = pretrained_backbone()  # the untuned baselines' weights, read once
   tables = {}
   for number, (name, data) in enumerate(datasets.items()):
