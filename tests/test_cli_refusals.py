@@ -44,12 +44,13 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
         ("--threads=1000000000", f"1000000000 is not an integer in the range [1, "
                                  f"{os.cpu_count()}]"),
         ("--no_such_flag", "Unknown command line flag 'no_such_flag'"),
+        ("--out=", "--out is empty; give the path of a file to write (- for stdout)."),
         *[(f"--scoring=aligner --alignment={name}:{10**20}",
            f"--alignment={name}:{10**20}: alignment '{name}:{10**20}': {name} alignment needs "
            f"k <= 2,147,483,647") for name in ("top_k", "differentiable")],
     ]),
     "xtr.cli.eval_beir": (_EVAL, [("--k_prime=0", "--k_prime=0"), ("--impute=nan", "--impute=nan"),
-                              ("--top_k=-1", "--top_k=-1")]),
+                              ("--top_k=-1", "--top_k=-1"), ("--index=", "--index is empty.")]),
     "xtr.cli.adapt_alignment": (_EVAL, [
         ("--shots=0", "--shots=0"), ("--shots=10000000000", "--shots=10000000000"),
         ("--seed=-1", "--seed=-1: -1 is not an integer in the range [0, "),
@@ -76,7 +77,8 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
                                    ("--k=10000000000", "--k=10000000000")]),
     "xtr.cli.wise_ft": ((f"--checkpoint={MISSING}/model", f"--out={MISSING}/wise_ft"), [
         *[(f"--alpha={value}", f"--alpha={shown}: not a number in [0, 1]")
-          for value, shown in (("nan", "nan"), ("-0.5", "-0.5"), ("1.5", "1.5"), ("inf", "inf"))]
+          for value, shown in (("nan", "nan"), ("-0.5", "-0.5"), ("1.5", "1.5"), ("inf", "inf"))],
+        ("--checkpoint=", "--checkpoint is empty."),  # It was the current directory.
     ]),
     "xtr.cli.train": ((), [
         ("--num_processes=0", "--num_processes=0"), ("--process_id=-1", "--process_id=-1"),
@@ -88,6 +90,7 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
          "trainer.train.num_steps = 'five': expected int, got str; check its gin binding.")]),
     "xtr.cli.export_model": ((f"--checkpoint={MISSING}/model",), [
         ("--out=.", "--out=. exists; name a new directory."),
+        ("--out=", "--out is empty."),  # Refused after the model loaded, naming no flag.
         (f"--out={MISSING}/out --no_such_flag", "Unknown command line flag 'no_such_flag'")]),
     **{module: ((), [("--no_such_flag", "Unknown command line flag 'no_such_flag'")])
        for module in ("xtr.cli.demo", "xtr.cli.analyze_alignment", "xtr.cli.convert_checkpoint")},

@@ -252,6 +252,8 @@ def run(main: Callable[[Sequence[str]], None], module_name: str,
     print(textwrap.fill(EXIT_STATUS, 80))
     sys.exit(0)
   flags.mark_flags_as_required(required)
+  for name in required:  # An empty path was the current directory, or failed naming no flag.
+    flags.register_validator(name, lambda value: value != "", f"--{name} is empty.")
   _fewer_malloc_arenas()
   app.run(refusing(compilation_cache.using_cache(main)), flags_parser=_parse_flags)
 
@@ -330,6 +332,8 @@ def check_output_file(flag: str, path: str | None) -> None:
   manifest, destroyed them."""
   if path in (None, "-"):
     return
+  if not path:
+    raise app.UsageError(f"--{flag} is empty; give the path of a file to write (- for stdout).")
   if os.path.isdir(path):
     raise app.UsageError(f"--{flag}={path} is a directory; give the path of a file to write.")
   parent = os.path.dirname(os.path.abspath(path))
