@@ -267,9 +267,14 @@ def test_a_damaged_updated_index_is_refused_before_compaction_writes(tmp_path):
   data = bytearray(vectors.read_bytes())
   data[-1] ^= 1
   vectors.write_bytes(bytes(data))
-  with pytest.raises(files.DamagedIndexError, match=r"vectors-00011.npy is damaged"):
+  # Not "rerun ... with --repair", which an updated index refuses.
+  with pytest.raises(
+      files.DamagedIndexError, match=r"vectors-00011.npy is damaged: .* was "
+      r"updated in place \(xtr-export --add/--delete\), which --repair cannot redo"):
     index_writer.reprune(str(tmp_path / "updated"), str(tmp_path / "compacted"), None)
   assert not (tmp_path / "compacted").exists()
+  with pytest.raises(files.DamagedIndexError, match=r"which --repair cannot redo"):
+    reader.open_index(str(tmp_path / "updated")).verify()
 
 
 # Runs an update that SIGKILLs itself at its N-th rename or removal (argv: index dir, N).

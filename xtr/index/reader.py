@@ -37,7 +37,8 @@ class _Shard:
     self.dim = self.manifest["dim"]
     self.num_docs = self.manifest["num_docs"]
     self.num_tokens = self.manifest["num_tokens"]
-    self._verifier = verify_lib.Verifier(path, self.manifest["files"], verify)
+    self._verifier = verify_lib.Verifier(path, self.manifest["files"], verify,
+                                         bool(self.manifest.get("updates")))
     self._verifier.check_sizes()
     self._names = files.names(self.manifest)  # This generation's doc ids, offsets, ScaNN, ...
     self._verifier.check(self._names[name]
@@ -107,7 +108,8 @@ class _Shard:
 
   def verify(self) -> None:
     """Checks the sha256 of every listed file against the manifest (all of them, now)."""
-    verify_lib.Verifier(self.path, self.manifest["files"], "full").check(self.manifest["files"])
+    verify_lib.Verifier(self.path, self.manifest["files"], "full",
+                        bool(self.manifest.get("updates"))).check(self.manifest["files"])
 
   def doc_vectors(self, docs: np.ndarray) -> list[np.ndarray]:
     """Local docs [k] -> their token vectors, one [len_i, D] float32 array each."""

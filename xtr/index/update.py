@@ -100,7 +100,7 @@ def _manifest(index_dir: str) -> dict[str, Any]:
     raise ValueError(f"{index_dir} was exported with --store_vectors=none: an update writes its "
                      "new documents' vectors beside the old ones; export the updated corpus.")
   read = files.names(manifest).values()
-  verifier = verify.Verifier(index_dir, manifest["files"], "full")
+  verifier = verify.Verifier(index_dir, manifest["files"], "full", bool(manifest.get("updates")))
   verifier.check_sizes()
   verifier.check(name for name in manifest["files"] if name in read or name.split("/")[0] in read)
   return manifest

@@ -24,7 +24,12 @@ RECORD = "verified.json"
 SMALL_FILE = 16 << 20
 
 
-def repair_hint(index_dir: str) -> str:
+def repair_hint(index_dir: str, updated: bool = False) -> str:
+  """What to do about damage to the index at `index_dir` (`updated`: in place, since its export,
+  which --repair refuses)."""
+  if updated:
+    return (f"{index_dir} was updated in place (xtr-export --add/--delete), which --repair cannot "
+            "redo: restore it from a copy, or export the updated corpus into a new directory.")
   return (f"Repair: rerun the xtr-export command that wrote {index_dir} with --repair (it keeps "
           "the chunks that verify, re-encodes from the first damaged one and rebuilds the rest).")
 
@@ -36,13 +41,16 @@ def _stamp(stat: os.stat_result, sha256: str) -> list[Any]:
 class Verifier:
   """Checks the files of one index directory, each at most once per process."""
 
-  def __init__(self, index_dir: str, listed: dict[str, dict[str, Any]], mode: str = "fast"):
-    """listed: the manifest's {relative path: {"sha256", "size"}}."""
+  def __init__(self, index_dir: str, listed: dict[str, dict[str, Any]], mode: str = "fast",
+               updated: bool = False):
+    """listed: the manifest's {relative path: {"sha256", "size"}}; updated: whether the index
+    was updated in place (`repair_hint`)."""
     if mode not in MODES:
       raise ValueError(f"verify mode must be one of {MODES}, got {mode!r}")
     self.index_dir = index_dir
     self.listed = listed
     self.mode = mode
+    self.hint = repair_hint(index_dir, updated)
     self._checked = set()
 
   def _path(self, relative: str) -> str:
@@ -57,11 +65,11 @@ class Verifier:
         size = io.regular_size(path)
       except FileNotFoundError:
         raise FileNotFoundError(f"{path} is missing: the token index is damaged. " +
-                                repair_hint(self.index_dir)) from None
+                                self.hint) from None
       if size != expected["size"]:
         raise files.DamagedIndexError(
             f"{path} is damaged: {size} bytes, the manifest records {expected['size']}. " +
-            repair_hint(self.index_dir))
+            self.hint)
 
   def check(self, relatives: Iterable[str]) -> None:
     """Verifies the sha256 of each listed file (per the mode) before it is first used."""
@@ -80,7 +88,7 @@ class Verifier:
       if files.record(path)["sha256"] != expected:
         raise files.DamagedIndexError(
             f"{path} is damaged: its sha256 differs from the one its manifest records. " +
-            repair_hint(self.index_dir))
+            self.hint)
       if large:
         records[relative], updated = _stamp(stat, expected), True
     self._checked.update(todo)

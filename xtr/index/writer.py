@@ -527,7 +527,7 @@ def reprune(source_dir: str, out_dir: str, prune_doc: float | None,
   corpus, live = source["corpus"], None
   if source.get("updates"):  # Verified first: what it holds decides the settings.
     scann_dir = files.names(source)[files.SCANN_DIR] + "/"
-    verifier = verify.Verifier(source_dir, source["files"], "full")
+    verifier = verify.Verifier(source_dir, source["files"], "full", bool(source.get("updates")))
     verifier.check_sizes()
     verifier.check(name for name in source["files"] if not name.startswith(scann_dir))
     live = np.setdiff1d(np.arange(source["num_docs"]), files.deleted_docs(source_dir, source))
