@@ -7,6 +7,7 @@ checks its own arguments before any expensive work:
     typecheck.arguments(train, locals())
 """
 from collections.abc import Callable
+import math
 import types
 import typing
 from typing import Any
@@ -53,6 +54,13 @@ def arguments(fn: Callable[..., Any], values: dict[str, Any]) -> None:
       where = f"{fn.__module__.rsplit('.', 1)[-1]}.{qualname}.{name}"
       raise BindingError(f"{where} = {value!r}: expected {_name(hints[name])}, got "
                          f"{type(value).__name__}; check its gin binding.")
+
+
+def in_range(where: str, value: Any, fits: bool, expected: str) -> None:
+  """Raises BindingError naming the binding `where` (as gin names it) unless `value` `fits` (a
+  range test, False for a value of the wrong type) and, being a number, is finite."""
+  if not (fits and math.isfinite(value)):
+    raise BindingError(f"{where} = {value!r}: expected {expected}; check its gin binding.")
 
 
 def _name(annotation: Any) -> str:

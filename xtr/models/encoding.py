@@ -116,9 +116,8 @@ class Encoder:
     for name, value in (("query_max_length", query_max_length), ("doc_max_length", doc_max_length),
                         ("batch_size", batch_size),
                         ("length_bucket", 1 if length_bucket is None else length_bucket)):
-      if not typecheck.matches(value, int) or value < 1:
-        raise ValueError(f"xtr.models.encoding.Encoder.{name} = {value!r}: expected a positive "
-                         "integer; check its gin binding.")
+      typecheck.in_range(f"xtr.models.encoding.Encoder.{name}", value,
+                         typecheck.matches(value, int) and value >= 1, "a positive integer")
     devices = jax.local_devices()
     if data_parallel is False or (data_parallel is None and devices[0].platform == "cpu"):
       devices = devices[:1]

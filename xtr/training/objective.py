@@ -26,7 +26,6 @@ Queries and documents come as `Tokens` (vectors, mask, salience or None: `xtr_en
 """
 import dataclasses
 import functools
-import math
 
 import gin
 import jax
@@ -88,10 +87,7 @@ class Objective:
         ("distillation", self.distillation >= 0, "a number >= 0"),
     )
     for name, fits, expected in ranges:
-      value = getattr(self, name)
-      if not (fits and math.isfinite(value)):
-        raise ValueError(f"objective.Objective.{name} = {value!r}: expected {expected}; check its "
-                         "gin binding.")
+      typecheck.in_range(f"objective.Objective.{name}", getattr(self, name), fits, expected)
     registry.get(self.scoring, "train")
     if self.alignment is not None and self.scoring != "aligner":
       raise ValueError(f"objective.Objective.scoring={self.scoring!r} uses no alignment; train "

@@ -1,6 +1,5 @@
 """Optimizers and learning-rate schedules (optax), configured from gin."""
 from collections.abc import Sequence
-import math
 import re
 
 import gin
@@ -17,8 +16,10 @@ def warmup_constant(learning_rate: float = 1e-3, warmup_steps: int = 1000) -> op
   learning rate that is not a positive number (a negative one ascends the loss) and negative
   warmup steps, naming the binding."""
   typecheck.arguments(warmup_constant, locals())
-  _check("warmup_constant.learning_rate", learning_rate, learning_rate > 0, "a positive number")
-  _check("warmup_constant.warmup_steps", warmup_steps, warmup_steps >= 0, "an integer >= 0")
+  typecheck.in_range("optimizers.warmup_constant.learning_rate", learning_rate, learning_rate > 0,
+                     "a positive number")
+  typecheck.in_range("optimizers.warmup_constant.warmup_steps", warmup_steps, warmup_steps >= 0,
+                     "an integer >= 0")
   warmup = optax.linear_schedule(0.0, learning_rate, max(warmup_steps, 1))
   return optax.join_schedules([warmup, optax.constant_schedule(learning_rate)], [warmup_steps])
 
@@ -39,10 +40,11 @@ def make_optimizer(
     ValueError: naming a binding out of range (weight_decay < 0, max_grad_norm <= 0).
   """
   typecheck.arguments(make_optimizer, locals())
-  _check("make_optimizer.weight_decay", weight_decay, weight_decay >= 0, "a number >= 0")
+  typecheck.in_range("optimizers.make_optimizer.weight_decay", weight_decay, weight_decay >= 0,
+                     "a number >= 0")
   if max_grad_norm is not None:
-    _check("make_optimizer.max_grad_norm", max_grad_norm, max_grad_norm > 0,
-           "a positive number or None")
+    typecheck.in_range("optimizers.make_optimizer.max_grad_norm", max_grad_norm, max_grad_norm > 0,
+                       "a positive number or None")
   schedule = schedule or warmup_constant()
   if name == "adafactor":
     optimizer = optax.adafactor(schedule, weight_decay_rate=weight_decay or None)
@@ -56,12 +58,6 @@ def make_optimizer(
     return optimizer
   freeze = _zero_matching(frozen)
   return optax.chain(freeze, optimizer, freeze)
-
-
-def _check(name: str, value: float, fits: bool, expected: str) -> None:
-  """Refuses `value` of the binding `optimizers.{name}` unless it `fits` and is finite."""
-  if not (fits and math.isfinite(value)):
-    raise ValueError(f"optimizers.{name} = {value!r}: expected {expected}; check its gin binding.")
 
 
 def _zero_matching(patterns: Sequence[str]) -> optax.GradientTransformation:

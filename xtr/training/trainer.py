@@ -168,9 +168,7 @@ def _check_counts(num_steps: int, log_every_steps: int, micro_batch_size: int | 
   for name, value, least in (("num_steps", num_steps, 0), ("log_every_steps", log_every_steps, 1),
                              ("micro_batch_size",
                               1 if micro_batch_size is None else micro_batch_size, 1)):
-    if value < least:
-      raise ValueError(f"trainer.train.{name} = {value!r}: expected an integer >= {least}; check "
-                       "its gin binding.")
+    typecheck.in_range(f"trainer.train.{name}", value, value >= least, f"an integer >= {least}")
 
 
 def _model_dir_lock(model_dir: str) -> contextlib.AbstractContextManager:
