@@ -386,3 +386,15 @@ def test_mixture_draws_each_collection_at_its_rate(vocab, tmp_path):
     name, number = ex["query"].split()[0], ex["query"].split()[-1]
     assert ex["positive"] == f"{name} document {number}"
     assert ex["negative"].startswith(name) and ex["negative"] != ex["positive"]
+
+
+@pytest.mark.parametrize("file, corpus, queries, control", [
+    ("corpus.jsonl", _CORPUS.replace('"d2"', '"d2\\n"'), _QUERIES, "U+000A"),
+    ("queries.jsonl", _CORPUS, _QUERIES.replace('"q2"', '"q\\t2"'), "U+0009"),
+])
+def test_an_id_is_one_line_without_tabs(tmp_path, file, corpus, queries, control):
+  """An id with a line break was exported, but no line of a --delete file or qrels names it."""
+  data_dir = _write_beir(tmp_path, corpus, queries, _QRELS)
+  message = f"{data_dir / file}:2: field '_id' holds the control character {control}"
+  with pytest.raises(ValueError, match=re.escape(message)):
+    beir.load_pairs(data_dir)

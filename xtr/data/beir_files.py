@@ -23,6 +23,7 @@ _SCORE = re.compile(r"-?[0-9]+")  # A qrels score: ASCII digits ('1_0' and '١' 
 _MAX_SCORE = 2**31 - 1  # pytrec_eval holds relevance in a C int.
 MAX_LINE_BYTES = 16 << 20  # No BEIR document, query or judgment is near; a longer line is not one.
 _SURROGATE = re.compile("[\ud800-\udfff]")  # What JSON's \ud800 escapes let into a str.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # Unicode's category Cc.
 _BOM = "\ufeff"  # A byte order mark, which some editors write at the start of UTF-8 files.
 
 
@@ -125,6 +126,10 @@ def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[s
         raise ValueError(f"{where}: field '{field}' is missing or not a string")
       if field == "_id" and not record[field].strip():
         raise ValueError(f"{where}: field '_id' is empty")
+      if field == "_id" and (control := _CONTROL.search(record[field])):
+        raise ValueError(f"{where}: field '_id' holds the control character "
+                         f"U+{ord(control.group()):04X}: an id is one line of text without tabs "
+                         "(qrels and --delete files hold one per line)")
       if _SURROGATE.search(record[field]):
         raise ValueError(f"{where}: field '{field}' holds a lone surrogate (a \\ud800-\\udfff "
                          "escape that is not half of a pair): it is not text")
