@@ -349,6 +349,9 @@ def check_output_file(flag: str, path: str | None) -> None:
                              "write it elsewhere.")
 
 
+_RUN_DIRS = ("checkpoints", "initial")  # An xtr-train run's steps; its θ_0 (INITIAL_PARAMS).
+
+
 def _reads(name: str, source: str, target: str) -> bool:
   """Whether the input --name (at `source`) is or holds `target`: the file itself, anything in an
   index, a checkpoint's steps, initial parameters or released-layout files, a BEIR directory's
@@ -360,7 +363,7 @@ def _reads(name: str, source: str, target: str) -> bool:
   if first == os.pardir or name in _INPUT_FILES:
     return False
   if name == "checkpoint":
-    return (first in ("checkpoints", "initial") or  # Steps; θ_0 (`checkpoints.INITIAL_PARAMS`).
+    return (first in _RUN_DIRS or
             relative in released.FILES + released.BERT_FILES + ("tokenizer.json",))
   if name == "data_dir":
     return first == "qrels" or first.startswith(("corpus.", "queries."))
@@ -374,7 +377,7 @@ def check_outside_run(out: str, checkpoint: str) -> None:
   run, target = os.path.realpath(checkpoint), os.path.realpath(out)
   if os.path.basename(os.path.dirname(run)) == "checkpoints":  # A step dir.
     run = os.path.dirname(os.path.dirname(run))
-  for inner in (os.path.join(run, "checkpoints"), os.path.join(run, "initial")):  # Steps; θ_0.
+  for inner in (os.path.join(run, name) for name in _RUN_DIRS):
     if target in (run, inner) or target.startswith(os.path.join(inner, "")):
       raise app.UsageError(f"--out={out} lies in the checkpoints of --checkpoint={checkpoint}, "
                            "where it would become one of them; choose a directory outside them.")
