@@ -1,6 +1,7 @@
 """Tests of the bundled data/scifact and of gzipped BEIR files (xtr/data/beir_files.py)."""
 import dataclasses
 import gzip
+import os
 import pathlib
 import re
 
@@ -115,3 +116,73 @@ def test_a_tsv_queries_file_is_read_by_its_extension_in_any_case(tmp_path, name)
       "q7": "vitamin c scurvy",
       "q9": "sugar tea"
   }
+
+
+@pytest.mark.parametrize("load", [beir_eval.load_beir, beir.load_pairs])
+@pytest.mark.parametrize("name", ["queries.jsonl", "corpus.jsonl"])
+def test_a_nul_in_a_beir_text_is_refused_naming_file_line_and_field(tmp_path, load, name):
+  """Before: evaluation, training and export took the text up to its NUL (where the tokenizer,
+  as TensorFlow's, ends it), silently."""
+  (tmp_path / "qrels").mkdir()
+  for file, prefix in (("corpus.jsonl", "d"), ("queries.jsonl", "q")):
+    second = "vitamin c\\u0000 scurvy" if file == name else "scurvy"
+    (tmp_path / file).write_text(f'{{"_id": "{prefix}1", "text": "scurvy"}}\n'
+                                 f'{{"_id": "{prefix}2", "text": "{second}"}}\n')
+  (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+  with pytest.raises(
+      ValueError, match=re.escape(f"{tmp_path}/{name}:2: field 'text' holds a NUL (U+0000) at "
+                                  "character 10, where the tokenizer ends the text")):
+    load(tmp_path, "test")
+
+
+def _carvable(directory: pathlib.Path, train_name: str) -> pathlib.Path:
+  """A BEIR dir of the bundled SciFact's corpus, queries and train qrels (as `train_name`)."""
+  (directory / "qrels").mkdir(parents=True)
+  for name in ("corpus.jsonl.gz", "queries.jsonl.gz"):
+    (directory / name).symlink_to(SCIFACT / name)
+  train = (SCIFACT / "qrels" / "train.tsv").read_bytes()
+  data = gzip.compress(train) if train_name.endswith(".gz") else train
+  (directory / "qrels" / train_name).write_bytes(data)
+  return directory
+
+
+@pytest.mark.parametrize("train_name", ["train.tsv", "train.tsv.gz"])
+def test_carve_dev_split_never_replaces_or_hides_a_split(tmp_path, train_name):
+  """Before: carved into its own data_dir, train.tsv was overwritten by its 80% subset, and a
+  train.tsv.gz was hidden by it (`resolve` reads the plain file first), silently."""
+  data = _carvable(tmp_path / "data", train_name)
+  source = (data / "qrels" / train_name).read_bytes()
+  with pytest.raises(
+      FileExistsError, match=re.escape(f"{data}/qrels/{train_name} exists: "
+                                       "carve_dev_split never replaces a split")):
+    beir_files.carve_dev_split(str(data), str(data))
+  assert os.listdir(data / "qrels") == [train_name]
+  assert (data / "qrels" / train_name).read_bytes() == source
+  out = tmp_path / "out"
+  beir_files.carve_dev_split(str(data), str(out))
+  carved = {name: (out / "qrels" / name).read_bytes() for name in ("train.tsv", "dev.tsv")}
+  with pytest.raises(FileExistsError, match=re.escape(f"{out}/qrels/train.tsv exists")):
+    beir_files.carve_dev_split(str(data), str(out), seed=1)
+  assert {name: (out / "qrels" / name).read_bytes() for name in carved} == carved
+
+
+def test_carve_dev_split_creates_its_files_anew(tmp_path, monkeypatch):
+  """A dev.tsv that appears once the checks are done (a dangling symlink before them) is
+  neither replaced nor followed: the files are created exclusively."""
+  data, out = _carvable(tmp_path / "data", "train.tsv"), tmp_path / "out"
+  (out / "qrels").mkdir(parents=True)
+  (out / "qrels" / "dev.tsv").symlink_to(tmp_path / "target")
+  with pytest.raises(FileExistsError, match=re.escape(f"{out}/qrels/dev.tsv exists")):
+    beir_files.carve_dev_split(str(data), str(out))
+  (out / "qrels" / "dev.tsv").unlink()
+  read_lines = beir_files.read_lines
+
+  def planting(path):
+    (out / "qrels" / "dev.tsv").write_text("planted\n")
+    return read_lines(path)
+
+  monkeypatch.setattr(beir_files, "read_lines", planting)
+  with pytest.raises(FileExistsError, match=re.escape(f"'{out}/qrels/dev.tsv'")):
+    beir_files.carve_dev_split(str(data), str(out))
+  assert (out / "qrels" / "dev.tsv").read_text() == "planted\n"
+  assert not (tmp_path / "target").exists()

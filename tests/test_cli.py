@@ -4,11 +4,14 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 
 from absl import app
 import gin
+import numpy as np
 import pytest
+import pytrec_eval
 
 from tests.retrieval_setup import REPO
 from tests.retrieval_setup import random_checkpoint
@@ -271,3 +274,47 @@ def test_copies_under_one_id_count_at_their_best_rank():
   ranking = [("a", 5.0), ("b", 4.0), ("a", 3.0), ("c", 2.0), ("b", 1.0)]
   assert beir_eval.best_scores(ranking) == {"a": 5.0, "b": 4.0, "c": 2.0}
   assert beir_eval.best_scores(reversed(ranking)) == {"a": 5.0, "b": 4.0, "c": 2.0}
+
+
+@pytest.mark.parametrize("ignore_identical_ids", [True, False])
+def test_the_run_file_holds_the_run_the_metrics_were_computed_on(tmp_path, ignore_identical_ids):
+  """Before: the report dropped documents whose id is the query id (as BEIR does, for ArguAna
+  and Quora), --run_file kept them: trec_eval on the run file disagreed with the report."""
+  qrels = {"q1": {"d1": 1}, "q2": {"d2": 1, "q2": 1}}
+  data = beir_eval.BeirData(doc_ids=("q1", "d1", "q2", "d2"), docs=("a",) * 4,
+                            query_ids=("q1", "q2"), queries=("x", "y"), qrels=qrels,
+                            num_queries_without_qrels=0, corpus_path="-")
+  results = ranker.Results([[("q1", 0.9), ("d1", 0.8)], [("q2", 0.9), ("d2", 0.8)]],
+                           np.array([1.0, 1.0]))
+  gin.clear_config()
+  gin.bind_parameter("xtr.evaluation.beir_eval.evaluate.ignore_identical_ids", ignore_identical_ids)
+  try:
+    report, run = eval_beir.evaluate_split(data, results, ranker.SearchConfig())
+  finally:
+    gin.clear_config()
+  beir_eval.write_trec_run(run, tmp_path / "run.trec", tag="xtr-xtr")
+  direct = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100", "recip_rank"})
+  assert report["per_query"] == {
+      q: {
+          "ndcg@10": values["ndcg_cut_10"],
+          "recall@100": values["recall_100"],
+          "mrr@10": values["recip_rank"]
+      } for q, values in direct.evaluate(beir_eval.read_trec_run(tmp_path / "run.trec")).items()
+  }
+  assert report["mrr@10"] == (1.0 if ignore_identical_ids else 0.75)
+  assert ("q1" in run["q1"]) == (not ignore_identical_ids)
+
+
+def test_search_ranks_tied_documents_alike_in_jsonl_and_trec(tmp_path):
+  """Before: JSON lines listed documents in the ranker's order, the TREC format in trec_eval's
+  (ties broken by doc id, descending): tied documents swapped ranks."""
+  ranking = [("a", 2.0), ("b", 1.0), ("c", 1.0), ("d", 0.5)]
+  code = ("import sys; from xtr.cli import search; "
+          f"sys.stdout.write(search._jsonl({{'q': 'x'}}, [{ranking!r}]))")
+  process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+  assert process.returncode == 0, process.stderr[-2000:]
+  jsonl = [(r["doc_id"], r["rank"]) for r in json.loads(process.stdout)["results"]]
+  beir_eval.write_trec_run({"q": dict(ranking)}, tmp_path / "run.trec", tag="t")
+  trec = [line.split() for line in (tmp_path / "run.trec").read_text().splitlines()]
+  assert jsonl == [(doc, int(rank)) for _, _, doc, rank, _, _ in trec]
+  assert jsonl == [("a", 1), ("c", 2), ("b", 3), ("d", 4)]

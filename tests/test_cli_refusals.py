@@ -50,7 +50,10 @@ _CASES = {  # module: (the arguments every case adds, [(flag=value, what stderr 
            f"k <= 2,147,483,647") for name in ("top_k", "differentiable")],
     ]),
     "xtr.cli.eval_beir": (_EVAL, [("--k_prime=0", "--k_prime=0"), ("--impute=nan", "--impute=nan"),
-                              ("--top_k=-1", "--top_k=-1"), ("--index=", "--index is empty.")]),
+                              ("--top_k=-1", "--top_k=-1"), ("--index=", "--index is empty."),
+                              ("--top_k=99", "--top_k=99 is below 100, the cutoff of Recall@100, "
+                               "which would count 99 documents a query; give --top_k=100 or "
+                               "more.")]),
     "xtr.cli.adapt_alignment": (_EVAL, [
         ("--shots=0", "--shots=0"), ("--shots=10000000000", "--shots=10000000000"),
         ("--seed=-1", "--seed=-1: -1 is not an integer in the range [0, "),
@@ -493,13 +496,30 @@ def test_refusal_lines_drop_the_call_site_that_gin_appends(tmp_path):
     ("q.txt", "fine\n\x1b[31mred\n", r"q.txt:2: control character U\+001B at character 1"),
     ("q.tsv", "1\tfine\n2\tbad\x7f\n", r"q.tsv:2: control character U\+007F at character 4"),
     ("q.jsonl", '{"_id": "1", "text": "a\\u0000b"}\n',
-     r"q.jsonl:1: control character U\+0000 at character 2"),
+     r"q.jsonl:1: field 'text' holds a NUL \(U\+0000\) at character 2"),
 ])
 def test_control_characters_in_queries_are_refused_naming_file_and_line(
     tmp_path, name, content, message):
   (tmp_path / name).write_text(content)
   with pytest.raises(ValueError, match=message):
     beir_files.read_queries(str(tmp_path / name))
+
+
+def test_eval_refuses_a_nul_in_a_query_before_the_index_opens(tmp_path):
+  """Before: xtr-eval-beir searched the query up to its NUL, silently (exit 0), where xtr-search
+  refused the same queries.jsonl. The index is missing: the refusal came first."""
+  data = tmp_path / "data"
+  (data / "qrels").mkdir(parents=True)
+  (data / "corpus.jsonl").write_text('{"_id": "d1", "text": "scurvy"}\n')
+  (data / "queries.jsonl").write_text('{"_id": "q1", "text": "scurvy"}\n'
+                                      '{"_id": "q2", "text": "vitamin\\u0000 c"}\n')
+  (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td1\t1\n")
+  [(status, stderr)] = _probe("xtr.cli.eval_beir",
+                              [[f"--data_dir={data}", *_SEARCH, f"--out={tmp_path}/out.json"]])
+  assert (status, stderr) == (cli.REFUSED, f"xtr-tool: {data}/queries.jsonl:2: field 'text' holds "
+                              "a NUL (U+0000) at character 8, where the tokenizer ends the text "
+                              "(as TensorFlow's does); remove it\n")
+  assert not (tmp_path / "out.json").exists()
 
 
 @pytest.mark.parametrize("name, content, message", [

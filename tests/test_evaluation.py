@@ -15,11 +15,13 @@ from xtr.evaluation import beir_eval
 
 
 def _trec_eval_ranking(docs: dict[str, float]) -> list[str]:
-  """trec_eval's comp_sim_docno: sim descending, then strcmp(docno2, docno1) on the bytes."""
+  """trec_eval's comp_sim_docno: sim (a C float) descending, then strcmp(docno2, docno1) on the
+  bytes."""
 
   def compare(a, b):
-    if a[1] != b[1]:
-      return -1 if a[1] > b[1] else 1
+    sim_a, sim_b = np.float32(a[1]), np.float32(b[1])
+    if sim_a != sim_b:
+      return -1 if sim_a > sim_b else 1
     x, y = a[0].encode("utf-8"), b[0].encode("utf-8")
     return (y > x) - (y < x)
 
@@ -278,3 +280,43 @@ def test_read_trec_run_names_bad_line(tmp_path, line, error):
   path.write_text(f"q0 Q0 d0 1 1.0 t\n{line}\n", encoding="utf-8")
   with pytest.raises(ValueError, match=f"run.trec:2: {error}"):
     beir_eval.read_trec_run(path)
+
+
+def test_scores_equal_as_c_floats_are_ties_broken_by_doc_id_as_in_trec_eval(tmp_path):
+  """Before: `trec_order` compared float64 scores, trec_eval C floats: MRR@1 of q1 was 1 (a
+  ranked first by 1e-9), where trec_eval ties a with b and ranks b first; a run file ranked a
+  first too.
+  q3's scores are both inf as C floats."""
+  qrels = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}, "q3": {"a": 1}}
+  run = {
+      "q1": {
+          "a": 1.0 + 1e-9,
+          "b": 1.0
+      },
+      "q2": {
+          "a": 0.5,
+          "b": 0.5 - 1e-12,
+          "c": 0.25 + 1e-10,
+          "d": 0.25
+      },
+      "q3": {
+          "a": 1e39,
+          "b": 1e40
+      },
+  }
+  results = beir_eval.evaluate(qrels, run, ndcg_at=(1, 2), recall_at=(1,), mrr_at=(1, 2))
+  direct = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.1,2", "recall.1", "recip_rank"})
+  for q, values in direct.evaluate(run).items():
+    rr = values["recip_rank"]
+    assert results["per_query"][q] == {
+        "ndcg@1": values["ndcg_cut_1"],
+        "ndcg@2": values["ndcg_cut_2"],
+        "recall@1": values["recall_1"],
+        "mrr@1": rr if rr >= 1 else 0.0,
+        "mrr@2": rr if rr >= 0.5 else 0.0
+    }, q
+  assert [results["per_query"][q]["mrr@1"] for q in ("q1", "q2", "q3")] == [0.0, 1.0, 0.0]
+  beir_eval.write_trec_run(run, tmp_path / "run.trec", tag="xtr")
+  ranks = [line.split()[2:4] for line in (tmp_path / "run.trec").read_text().splitlines()]
+  assert ranks[:6] == [["b", "1"], ["a", "2"], ["b", "1"], ["a", "2"], ["d", "3"], ["c", "4"]]
+  assert [doc for doc, _ in ranks[2:6]] == _trec_eval_ranking(run["q2"])

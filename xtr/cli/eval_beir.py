@@ -12,6 +12,7 @@ index was exported from.
 from typing import Any
 from typing import Sequence
 
+from absl import app
 from absl import flags
 import numpy as np
 
@@ -36,10 +37,24 @@ def latency_summary(latency_ms: np.ndarray) -> dict[str, float]:
   }
 
 
+def check_top_k(top_k: int) -> None:
+  """Refuses a --top_k below the deepest cutoff of the metrics reported: the search returns
+  top_k documents a query, so "Recall@100" would have been Recall@top_k, silently."""
+  metrics = {"nDCG": beir_eval.NDCG_AT, "Recall": beir_eval.RECALL_AT, "MRR": beir_eval.MRR_AT}
+  cutoff, name = max((k, name) for name, cutoffs in metrics.items() for k in cutoffs)
+  if top_k < cutoff:
+    raise app.UsageError(f"--top_k={top_k} is below {cutoff}, the cutoff of {name}@{cutoff}, "
+                         f"which would count {top_k} documents a query; give --top_k={cutoff} "
+                         "or more.")
+
+
 def evaluate_split(data: beir_eval.BeirData, results: ranker.Results,
                    config: ranker.SearchConfig) -> tuple[dict[str, Any], beir_eval.Run]:
-  """(report, run): the metrics of `results` on `data`'s qrels with their settings, the run."""
-  run = {query_id: dict(ranking) for query_id, ranking in zip(data.query_ids, results.rankings)}
+  """(report, run): the metrics of `results` on `data`'s qrels with their settings, and the run
+  they were computed on (`beir_eval.evaluated_run`), which --run_file holds."""
+  run = beir_eval.evaluated_run({
+      query_id: dict(ranking) for query_id, ranking in zip(data.query_ids, results.rankings)
+  })
   metrics = beir_eval.evaluate(data.qrels, run)
   per_query = metrics.pop("per_query")
   settings = {"alignment": str(config.alignment)} if config.scoring == "aligner" else {}
@@ -64,6 +79,7 @@ def evaluate_split(data: beir_eval.BeirData, results: ranker.Results,
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   config = _SEARCH_CONFIG()
+  check_top_k(config.top_k)
   cli.check_output_files(out=_OUT.value, run_file=_RUN_FILE.value)
   data = _SPLIT_FLAGS.load()
   encoder, token_index = _INDEX_FLAGS.open(config.searcher)

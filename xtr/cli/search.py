@@ -9,7 +9,8 @@ Queries, by the file's extension in any case (gzipped or not): a .jsonl or .json
 "text"} (BEIR queries), a .tsv file of `id<TAB>text`, or plain text with one query per line (ids
 are line numbers; a line that is a BEIR record or holds a tab is refused as a misnamed file); `-`
 reads plain text from stdin (typed on a terminal: one query per line, Ctrl-D to end). Output:
-JSONL ({"query_id", "query", "results": [{"doc_id", "score", "rank"}]}) or a TREC run file.
+JSONL ({"query_id", "query", "results": [{"doc_id", "score", "rank"}]}) or a TREC run file, both
+ranked as trec_eval ranks (ties by doc id, descending).
 `--verbose` times each query end to end (encoding alone, search, scoring) on stderr.
 The model comes from the index (its manifest describes it as data); the checkpoint must be the
 one the index was exported with.
@@ -42,16 +43,14 @@ _SEARCH_CONFIG = cli.define_search_flags()
 
 
 def _jsonl(queries: dict[str, str], rankings: list[list[tuple[str, float]]]) -> str:
-  return "".join(
-      json.dumps({
-          "query_id": query_id,
-          "query": text,
-          "results": [{
-              "doc_id": d,
-              "score": s,
-              "rank": r
-          } for r, (d, s) in enumerate(ranking, 1)]
-      }) + "\n" for (query_id, text), ranking in zip(queries.items(), rankings))
+  """JSON lines of the rankings, each in `beir_eval.trec_order` (ties broken by doc id), as the
+  TREC format ranks them (in the ranker's order, tied documents had other ranks there)."""
+  lines = []
+  for (query_id, text), ranking in zip(queries.items(), rankings):
+    ranked = beir_eval.trec_order(dict(ranking))
+    results = [{"doc_id": d, "score": s, "rank": r} for r, (d, s) in enumerate(ranked, 1)]
+    lines.append(json.dumps({"query_id": query_id, "query": text, "results": results}) + "\n")
+  return "".join(lines)
 
 
 def _read_queries(path: str) -> dict[str, str]:

@@ -18,6 +18,8 @@ import sys
 import unicodedata
 import zlib
 
+from xtr import io
+
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
 _SCORE = re.compile(r"-?[0-9]+")  # A qrels score: ASCII digits ('1_0' and '١' are not).
 _MAX_SCORE = 2**31 - 1  # pytrec_eval holds relevance in a C int.
@@ -133,6 +135,10 @@ def read_jsonl(path: str, to_text: Callable[[Mapping[str, str]], str]) -> dict[s
       if _SURROGATE.search(record[field]):
         raise ValueError(f"{where}: field '{field}' holds a lone surrogate (a \\ud800-\\udfff "
                          "escape that is not half of a pair): it is not text")
+      if "\0" in record[field]:
+        raise ValueError(f"{where}: field '{field}' holds a NUL (U+0000) at character "
+                         f"{record[field].index(chr(0)) + 1}, where the tokenizer ends the text "
+                         "(as TensorFlow's does); remove it")
     record_id = record["_id"]
     if record_id in texts:
       raise ValueError(f"{where}: duplicate _id '{record_id}' (first on line "
@@ -262,8 +268,20 @@ def carve_dev_split(data_dir: str, out_dir: str, split: str = "train", fraction:
   A seeded `fraction` of the queries of `data_dir`'s qrels/{split}.tsv (all their rows) go to
   dev, the rest to train, so that a recipe can be tuned without touching the test split.
   corpus.jsonl and queries.jsonl are linked, not copied.
+
+  Raises:
+    FileExistsError: naming a qrels/train.tsv or qrels/dev.tsv (or .gz) already in `out_dir`,
+      before anything is written: carved into `data_dir` itself, the source split was replaced
+      by its subset (or, gzipped, hidden by it, `resolve` reading the plain file first).
   """
   source = resolve(data_dir, os.path.join("qrels", f"{split}.tsv"))
+  targets = {name: os.path.join(out_dir, "qrels", f"{name}.tsv") for name in ("train", "dev")}
+  for path in targets.values():
+    for existing in (path, path + ".gz"):
+      if os.path.lexists(existing):
+        raise FileExistsError(f"{existing} exists: carve_dev_split never replaces a split (nor "
+                              "hides a gzipped one); choose an out_dir without qrels/train.tsv "
+                              "and qrels/dev.tsv.")
   header, *rows = [line for _, line in read_lines(source)]
   query_ids = sorted({row.split("\t")[0] for row in rows})
   rng = random.Random(seed)
@@ -276,8 +294,8 @@ def carve_dev_split(data_dir: str, out_dir: str, split: str = "train", fraction:
       os.symlink(os.path.abspath(path), link)
   for name, keep in (("train", lambda q: q not in dev), ("dev", lambda q: q in dev)):
     lines = [header, *(row for row in rows if keep(row.split("\t")[0]))]
-    with open(os.path.join(out_dir, "qrels", f"{name}.tsv"), "w", encoding="utf-8") as f:
-      f.write("\n".join(lines) + "\n")
+    with io.naming(targets[name]), io.create(targets[name]) as f:  # Never replaces a file.
+      f.write(("\n".join(lines) + "\n").encode())
 
 
 def read_split(data_dir: str,

@@ -8,12 +8,14 @@ in both the qrels and the run, with documents whose id equals the query id dropp
   recall@k: trec_eval `recall_k` (relevant = relevance >= 1; 0 for a query with none).
   mrr@k:    trec_eval `recip_rank` of the run cut to its top k, i.e. 1 / rank of the first
             relevant document within the top k, else 0.
-Ranks everywhere use trec_eval's order (`trec_order`): score descending, ties broken by doc id
-descending. The run's own order and any ranks in a run file are ignored, as trec_eval does.
+Ranks everywhere use trec_eval's order (`trec_order`): score (as a C float) descending, ties
+broken by doc id descending. The run's own order and any ranks in a run file are ignored, as
+trec_eval does.
 """
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
+import ctypes
 import dataclasses
 import math
 import os
@@ -28,6 +30,9 @@ from xtr.data import beir_files
 
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
+# `evaluate`'s defaults: the XTR paper's metrics, computed as BEIR computes them.
+NDCG_AT, RECALL_AT, MRR_AT = (10,), (100,), (10,)
+IGNORE_IDENTICAL_IDS = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,9 +92,13 @@ def load_beir(data_dir: str = gin.REQUIRED, split: str = "test") -> BeirData:
 def trec_order(doc_scores: Mapping[str, float]) -> list[tuple[str, float]]:
   """(doc id, score) pairs in trec_eval's ranking order: score descending, then doc id descending.
 
-  trec_eval breaks ties with strcmp on the UTF-8 bytes, which orders like Python's code points.
+  trec_eval (and pytrec_eval) hold a score in a C float: scores equal as float32 (1.0 and
+  1.0 + 1e-9) are ties there, broken by the doc id, so they are compared as float32 here (else
+  MRR@k's cut, and a run file's ranks, disagreed with trec_eval's). It breaks ties with strcmp on
+  the UTF-8 bytes, which orders like Python's code points.
   """
-  return sorted(doc_scores.items(), key=lambda item: (item[1], item[0]), reverse=True)
+  return sorted(doc_scores.items(), key=lambda item: (ctypes.c_float(item[1]).value, item[0]),
+                reverse=True)
 
 
 def best_scores(ranking: Iterable[tuple[str, float]]) -> dict[str, float]:
@@ -102,9 +111,9 @@ def best_scores(ranking: Iterable[tuple[str, float]]) -> dict[str, float]:
 
 
 @gin.configurable
-def evaluate(qrels: Qrels, run: Run, ndcg_at: Sequence[int] = (10,),
-             recall_at: Sequence[int] = (100,), mrr_at: Sequence[int] = (10,),
-             ignore_identical_ids: bool = True) -> dict[str, Any]:
+def evaluate(qrels: Qrels, run: Run, ndcg_at: Sequence[int] = NDCG_AT,
+             recall_at: Sequence[int] = RECALL_AT, mrr_at: Sequence[int] = MRR_AT,
+             ignore_identical_ids: bool = IGNORE_IDENTICAL_IDS) -> dict[str, Any]:
   """Mean and per-query nDCG@k, Recall@k and MRR@k of `run` against `qrels`, as BEIR computes them.
 
   Args:
@@ -151,8 +160,17 @@ def evaluate(qrels: Qrels, run: Run, ndcg_at: Sequence[int] = (10,),
   }
 
 
+def evaluated_run(run: Run) -> dict[str, dict[str, float]]:
+  """`run` as `evaluate`, under its gin bindings, computes metrics on it: without the documents
+  whose id is the query id (unless `evaluate.ignore_identical_ids` is bound to False). A run file
+  written from it holds the run of the metrics, so trec_eval on it agrees with them."""
+  return _checked_run(run,
+                      gin.get_bindings(evaluate).get("ignore_identical_ids", IGNORE_IDENTICAL_IDS))
+
+
 def _checked_run(run: Run, ignore_identical_ids: bool) -> dict[str, dict[str, float]]:
-  """A copy of `run` with Python float scores (as pytrec_eval needs) and no NaN."""
+  """A copy of `run` with Python float scores (as pytrec_eval needs), no NaN, and without the
+  documents whose id is the query id if `ignore_identical_ids`."""
   checked = {}
   for query_id, docs in run.items():
     checked[query_id] = {}
