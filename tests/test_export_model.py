@@ -227,3 +227,46 @@ def test_a_bert_config_without_a_key_is_refused_naming_the_file(exported, tmp_pa
   (copy / "config.json").write_text(json.dumps(config))
   with pytest.raises(ValueError, match=rf"{copy / 'config.json'}: missing key '{key}'"):
     released.load_params(str(copy))
+
+
+def test_a_config_the_model_cannot_compute_with_is_refused_naming_the_file(exported, tmp_path):
+  """BERT heads that do not divide hidden_size failed in a reshape (a TypeError naming no file);
+  T5's 2 buckets divided by zero."""
+  name, _, directory = exported
+  copy = tmp_path / "copy"
+  shutil.copytree(directory, copy)
+  key, value, problem = (("relative_attention_num_buckets", 2,
+                          "expected at least 4") if name == "t5" else
+                         ("num_attention_heads", 5, "expected a divisor of hidden_size = 384"))
+  config = json.loads((copy / "config.json").read_text())
+  (copy / "config.json").write_text(json.dumps(config | {key: value}))
+  with pytest.raises(ValueError, match=rf"^{copy / 'config.json'}: {key} = {value}: {problem}$"):
+    released.load_params(str(copy))
+
+
+def test_the_export_reads_back_under_its_gin_model_only(exported, tmp_path, t5_spm_path,
+                                                        minilm_dir):
+  """xtr-export-model of the exported directory under the model it was exported with writes the
+  same config.json; a config.json epsilon other than the gin model's was ignored (exit 0)."""
+  name, _, directory = exported
+  model_file, bindings, _ = MODELS[name]
+  if name == "minilm_no_projection":  # read back with the identity projection it was given
+    bindings = [*bindings[:-1], "xtr_encoder.XTREncoder.embed_dim = 384"]
+  flags = [
+      f"--gin_file={model_file}",
+      f"--gin_bindings={_vocabulary(name, t5_spm_path, minilm_dir, directory)}",
+      *[f"--gin_bindings={b}" for b in bindings]
+  ]
+  result = run_tool("xtr.cli.export_model", *flags, f"--checkpoint={directory}",
+                    f"--out={tmp_path / 'again'}")
+  assert result.returncode == 0, result.stderr
+  assert (tmp_path / "again" / "config.json").read_text() == (directory / "config.json").read_text()
+  key = "layer_norm_epsilon" if name == "t5" else "layer_norm_eps"
+  shutil.copytree(directory, tmp_path / "copy")
+  config = json.loads((tmp_path / "copy" / "config.json").read_text())
+  (tmp_path / "copy" / "config.json").write_text(json.dumps(config | {key: 1e-3}))
+  result = run_tool("xtr.cli.export_model", *flags, f"--checkpoint={tmp_path / 'copy'}",
+                    f"--out={tmp_path / 'out'}")
+  assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (
+      2, f"xtr-tool: {tmp_path / 'copy' / 'config.json'}: {key} = 0.001, but the gin model has "
+      f"{config[key]}; give the gin files that match it.")

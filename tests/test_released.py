@@ -157,15 +157,15 @@ def test_export_eval_and_search_rank_the_scifact_slice_as_exact_maxsim_by_torch(
                                                                   "spiece.model").read_bytes()
   process = run_tool("xtr.cli.eval_beir", f"--data_dir={scifact_slice}", f"--index={index}",
                      f"--checkpoint={directory}", f"--out={tmp_path / 'r.json'}",
-                     "--scoring=exhaustive", "--top_k=10", f"--run_file={tmp_path / 'run.trec'}")
+                     "--scoring=exhaustive", f"--run_file={tmp_path / 'run.trec'}")
   assert process.returncode == 0, process.stderr[-2000:]
   data = beir_eval.load_beir(str(scifact_slice), "test")
   expected = _exact_maxsim(release, data, 10)
   run = beir_eval.read_trec_run(str(tmp_path / "run.trec"))
   assert run.keys() == expected.keys()
-  for query_id, ranking in expected.items():
-    assert list(run[query_id]) == list(ranking)
-    np.testing.assert_allclose(list(run[query_id].values()), list(ranking.values()), atol=1e-4)
+  for query_id, ranking in expected.items():  # The top 10 of the run's 100 (--top_k's default).
+    assert list(run[query_id])[:10] == list(ranking)
+    np.testing.assert_allclose(list(run[query_id].values())[:10], list(ranking.values()), atol=1e-4)
   report = json.loads((tmp_path / "r.json").read_text())
   assert report["ndcg@10"] == pytest.approx(beir_eval.evaluate(data.qrels, expected)["ndcg@10"])
   # xtr-search of the same index and weights, a query on stdin: the same ranking.
@@ -351,3 +351,126 @@ def test_the_converter_says_how_to_install_torch(tmp_path, monkeypatch):
   monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
   with pytest.raises(ImportError, match=r"pip install -e \.\[convert\]"):
     torch_files.convert(str(tmp_path))
+
+
+@pytest.mark.parametrize("tensor, message", [
+    (torch.ones(1).expand(1 << 20), r"tensor linear.weight of shape \(1048576,\) lays out "
+     r"4,194,304 bytes from a storage of 4: its elements overlap"),
+    (torch.complex(torch.ones(DIM, HIDDEN), torch.ones(
+        DIM, HIDDEN)), r"tensor linear.weight is complex64, not one of \['float16'"),
+    (torch.ones(DIM, HIDDEN, dtype=torch.bool), r"tensor linear.weight is bool, not one of"),
+    (torch.sparse_coo_tensor(torch.tensor([[0], [0]]), torch.tensor([1.0]),
+                             (DIM, HIDDEN), check_invariants=True),
+     r"tensor linear.weight is sparse_coo, not a dense tensor"),
+], ids=["zero stride", "complex", "bool", "sparse"])
+def test_the_converter_refuses_a_tensor_it_would_blow_up_or_change(tmp_path, tensor, message):
+  """A 1.6 kB file of torch.ones(1).expand(2**28) was written out as 1 GB (3.5 GB of memory; at
+  10**12 elements a traceback); a complex projection lost its imaginary part (exit 0)."""
+  torch.save({"linear.weight": tensor}, tmp_path / released.TORCH_FILE)
+  with pytest.raises(ValueError, match=r"/pytorch_model.bin: " + message):
+    torch_files.convert(str(tmp_path))
+  assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_the_converter_takes_every_float_dtype_integer_buffers_and_views(tmp_path):
+  """What torch state dicts hold: half and double floats, BERT's int64 position_ids, and views
+  into a larger storage (a row of a matrix): float32, as they were."""
+  matrix = torch.arange(12.0).reshape(3, 4)
+  state = {
+      "half": torch.ones(2, dtype=torch.float16),
+      "bfloat16": torch.ones(2, dtype=torch.bfloat16),
+      "double": torch.ones(2, dtype=torch.float64),
+      "embeddings.position_ids": torch.arange(4)[None],
+      "row": matrix[1],
+      "column": matrix[:, 2],
+  }
+  torch.save(state, tmp_path / released.TORCH_FILE)
+  assert torch_files.convert(str(tmp_path)) == [str(tmp_path / "model.safetensors")]
+  converted = safetensors.numpy.load_file(tmp_path / "model.safetensors")
+  assert converted.keys() == state.keys()
+  for name, value in state.items():
+    assert converted[name].dtype == np.float32
+    np.testing.assert_array_equal(converted[name], value.to(torch.float32).numpy())
+
+
+def test_the_converter_takes_a_half_float_t5_whose_embedding_has_four_names(tmp_path):
+  """The most a torch file legitimately converts to: T5's embedding tied under 4 names (shared,
+  encoder and decoder embed_tokens, lm_head), each written out, from half floats (7.7 times the
+  file in a tiny T5, where the embedding is most of the weights)."""
+  model = transformers.T5ForConditionalGeneration(
+      transformers.T5Config(vocab_size=32128, d_model=HIDDEN, d_kv=8, d_ff=64, num_layers=1,
+                            num_heads=4, feed_forward_proj="gated-gelu")).half()
+  torch.save(model.state_dict(), tmp_path / released.TORCH_FILE)
+  torch_files.convert(str(tmp_path))
+  converted = safetensors.numpy.load_file(tmp_path / "model.safetensors")
+  assert converted.keys() == model.state_dict().keys()
+  np.testing.assert_array_equal(converted["lm_head.weight"],
+                                model.shared.weight.detach().float().numpy())
+
+
+def test_the_converter_refuses_a_tensor_named_more_often_than_ties_do(tmp_path):
+  """A file of 1 MB that names its 1 MB tensor 2,000 times was written out as 2 GB."""
+  tensor = torch.zeros(1024)
+  torch.save({f"copy{i}": tensor for i in range(100)}, tmp_path / released.TORCH_FILE)
+  with pytest.raises(
+      ValueError, match=r"/pytorch_model.bin: its 100 tensors convert to 409,600 bytes, more than "
+      r"8 times the file's [\d,]+ bytes: names repeat a tensor more often than tied weights do."):
+    torch_files.convert(str(tmp_path))
+  assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_the_converter_tool_refuses_a_zero_stride_tensor_in_one_line(tmp_path):
+  torch.save({"linear.weight": torch.ones(1).expand(1 << 20)}, tmp_path / released.TORCH_FILE)
+  process = run_tool("xtr.cli.convert_checkpoint", f"--checkpoint={tmp_path}")
+  assert (process.returncode, process.stderr.strip().splitlines()[-1]) == (
+      2, f"xtr-tool: {tmp_path / released.TORCH_FILE}: tensor linear.weight of shape (1048576,) "
+      "lays out 4,194,304 bytes from a storage of 4: its elements overlap (a view with a zero "
+      "stride, as expand makes), which no saved parameter's do.")
+  assert not (tmp_path / "model.safetensors").exists()
+
+
+def _edit_config(directory, **values) -> None:
+  (directory / "config.json").write_text(
+      json.dumps(json.loads((directory / "config.json").read_text()) | values))
+
+
+@pytest.mark.parametrize(
+    "edit, message", [
+        (lambda d: _edit_config(d, relative_attention_num_buckets=2),
+         r": relative_attention_num_buckets = 2: expected at least 4"),
+        (lambda d: _edit_config(d, relative_attention_max_distance=8),
+         r": relative_attention_max_distance = 8: expected more than "
+         r"relative_attention_num_buckets // 4 = 8"),
+        *[(lambda d, value=value: _edit_config(d, layer_norm_epsilon=value),
+           rf": layer_norm_epsilon = {value}: expected a number between 0 and 1")
+          for value in (float("nan"), -1e-06, float("inf"), 10**400)],
+        (lambda d: (d / "config.json").write_text(
+            (d / "config.json").read_text().rstrip()[:-1] + ', "n": ' + "9" * 5000 + "}"),
+         r" is not valid JSON \(Exceeds the limit \(4300 digits\) for integer string conversion"),
+    ], ids=[
+        "2 buckets", "max distance of exact ones", "NaN epsilon", "negative epsilon",
+        "infinite epsilon", "epsilon of 400 digits", "integer of 5000 digits"
+    ])
+def test_a_config_value_the_model_cannot_compute_with_is_refused_naming_it(
+    release, tmp_path, edit, message):
+  """2 buckets raised ZeroDivisionError; an epsilon of NaN or below 0 was taken (NaN vectors); an
+  integer of 5000 digits raised a ValueError that named no file."""
+  directory = _broken_copy(release, tmp_path, edit)
+  with pytest.raises(ValueError, match=r"release/config.json" + message):
+    encoding.load_params(directory)
+
+
+@pytest.mark.parametrize("key, value, gin_value", [("layer_norm_epsilon", 0.5, 1e-06),
+                                                   ("relative_attention_max_distance", 20, 128)])
+def test_a_config_json_the_gin_model_differs_from_is_refused(release, tiny_gin, tmp_path, key,
+                                                             value, gin_value):
+  """config.json's epsilon or max distance was read, then ignored: xtr encoded with the gin
+  file's values (the vectors unchanged), transformers with config.json's (0.38 apart)."""
+  directory = _broken_copy(release, tmp_path, lambda d: _edit_config(d, **{key: value}))
+  process = run_tool("xtr.cli.export_model", f"--gin_file={tiny_gin}",
+                     f"--gin_bindings=CHECKPOINT = '{directory}'", f"--checkpoint={directory}",
+                     f"--out={tmp_path / 'out'}")
+  assert (process.returncode, process.stderr.strip().splitlines()[-1]) == (
+      2, f"xtr-tool: {directory}/config.json: {key} = {value}, but the gin model has {gin_value}; "
+      "give the gin files that match it.")
+  assert not (tmp_path / "out").exists()

@@ -6,9 +6,10 @@
 The release ships the projection as DIR/2_Dense/pytorch_model.bin, a torch pickle; xtr reads
 safetensors only (`xtr.models.released`). This writes 2_Dense/model.safetensors beside it
 (float32), and DIR/model.safetensors where only DIR/pytorch_model.bin is there
-(`xtr.models.torch_files`): torch
-loads
-them with weights_only=True, tensors only. A model.safetensors that exists is kept.
+(`xtr.models.torch_files`): torch loads them with weights_only=True, tensors only. A
+model.safetensors that exists is kept. A tensor that is no float parameter (complex, boolean,
+sparse) or converts to more bytes than the file holds (a zero-stride view, a tensor under more
+names than tied weights have) is refused.
 """
 import os
 from typing import Sequence

@@ -152,6 +152,10 @@ def _checked(config: dict, keys: dict[str, type], defaults: dict, model: str) ->
     bound = _MAX_LAYERS if "layers" in key else _MAX_SIZE
     if kind is int and not 1 <= config[key] <= bound:
       raise ValueError(f"{key} = {config[key]!r}: expected a count from 1 to {bound:,}")
+    # A layer norm's epsilon (the only float): NaN, a negative one or one past 1 made NaN or
+    # meaningless vectors (compared as they are: an integer of 400 digits overflows a float).
+    if kind is float and not 0 < config[key] < 1:
+      raise ValueError(f"{key} = {config[key]!r}: expected a number between 0 and 1")
   return config
 
 
@@ -162,6 +166,8 @@ def t5_config_from_hf(config: dict) -> t5.T5Config:
   if config["feed_forward_proj"] not in _T5_MLP_ACTIVATIONS:
     raise ValueError(f"Unsupported feed_forward_proj {config['feed_forward_proj']!r}; "
                      f"expected one of {sorted(_T5_MLP_ACTIVATIONS)}.")
+  _check_buckets(config["relative_attention_num_buckets"],
+                 config["relative_attention_max_distance"])
   return t5.T5Config(vocab_size=config["vocab_size"], emb_dim=config["d_model"],
                      num_heads=config["num_heads"], num_layers=config["num_layers"],
                      head_dim=config["d_kv"], mlp_dim=config["d_ff"],
@@ -169,6 +175,17 @@ def t5_config_from_hf(config: dict) -> t5.T5Config:
                      relative_attention_num_buckets=config["relative_attention_num_buckets"],
                      relative_attention_max_distance=config["relative_attention_max_distance"],
                      layer_norm_epsilon=float(config["layer_norm_epsilon"]))
+
+
+def _check_buckets(num_buckets: int, max_distance: int) -> None:
+  """Refuses relative position buckets that `t5.relative_position_buckets` divides by zero with:
+  of each direction's num_buckets // 2, the first num_buckets // 4 are exact distances (none for
+  fewer than 4 buckets) and the rest log-spaced from there to max_distance (log 1 = 0 if equal)."""
+  if num_buckets < 4:
+    raise ValueError(f"relative_attention_num_buckets = {num_buckets}: expected at least 4")
+  if max_distance <= num_buckets // 4:
+    raise ValueError(f"relative_attention_max_distance = {max_distance}: expected more than "
+                     f"relative_attention_num_buckets // 4 = {num_buckets // 4}")
 
 
 def _t5_hf_names(config: t5.T5Config) -> dict[tuple[str, ...], str]:
@@ -220,6 +237,9 @@ def bert_config_from_hf(config: dict) -> bert.BertConfig:
   for key, supported in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
     if config.get(key, supported) != supported:
       raise ValueError(f"Unsupported {key} {config[key]!r}; expected {supported!r}.")
+  if config["hidden_size"] % config["num_attention_heads"]:  # Each head gets an equal slice.
+    raise ValueError(f"num_attention_heads = {config['num_attention_heads']}: expected a divisor "
+                     f"of hidden_size = {config['hidden_size']}")
   return bert.BertConfig(vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
                          num_layers=config["num_hidden_layers"],
                          num_heads=config["num_attention_heads"],
@@ -315,6 +335,15 @@ def bert_config_to_hf(config: bert.BertConfig) -> dict:
       "hidden_act": "gelu",
       "position_embedding_type": "absolute"
   }
+
+
+def config_to_hf(config: t5.T5Config | bert.BertConfig) -> dict:
+  """`t5_config_to_hf` or `bert_config_to_hf` of `config`; a ValueError for another backbone."""
+  if isinstance(config, t5.T5Config):
+    return t5_config_to_hf(config)
+  if isinstance(config, bert.BertConfig):
+    return bert_config_to_hf(config)
+  raise ValueError(f"No Hugging Face layout for a {type(config).__name__} backbone.")
 
 
 def backbone_to_hf(params: dict, config: t5.T5Config | bert.BertConfig) -> dict[str, np.ndarray]:

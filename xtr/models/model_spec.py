@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from xtr import io
 from xtr.models import bert
 from xtr.models import encoding
+from xtr.models import released
 from xtr.models import salience as salience_lib
 from xtr.models import t5
 from xtr.models import xtr_encoder
@@ -111,9 +112,12 @@ def encoder(spec: Any, where: str, params: Any, checkpoint: str, vocabulary_path
 def gin_encoder(checkpoint: str) -> encoding.Encoder:
   """The gin-configured `encoding.Encoder` (the run's gin files: its model and vocabulary) with
   `checkpoint`'s parameters, refused unless they fit its model (a trained projection under a
-  model without one was ignored, silently)."""
+  model without one was ignored, silently) and, from a released directory, unless its
+  config.json is the model's (`released.check_config`)."""
   params = encoding.load_params(checkpoint)
   encoder = encoding.Encoder(params)
+  if released.is_released(checkpoint):
+    released.check_config(checkpoint, encoder.model.backbone.config)
   check_params(encoder.model, xtr_encoder.in_layout(encoder.model, params), checkpoint,
                "the model of the gin files", "Give the gin files of the run that trained it.")
   return encoder

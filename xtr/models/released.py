@@ -12,10 +12,11 @@ written.
 
 The release ships the projection as 2_Dense/pytorch_model.bin, a torch pickle, which xtr never
 opens: `xtr-convert-checkpoint` writes 2_Dense/model.safetensors from it once. JSON files are
-read as data, each key's type checked. The model is `xtr_encoder.XTREncoder` (backbone ->
-projection -> L2 normalization) as `gin/models/xtr_base_en.gin` (or `minilm_l6.gin`, with
-MINILM_DIR the directory) configures it; the release's preprocessing (lowercased text, EOS
-appended) is `xtr.text.tokenization`'s.
+read as data, each key's type and range checked; a tool that loads the directory under a gin
+model (`model_spec.gin_encoder`) refuses a config.json that differs from it (`check_config`). The
+model is `xtr_encoder.XTREncoder` (backbone -> projection -> L2 normalization) as
+`gin/models/xtr_base_en.gin` (or `minilm_l6.gin`, with MINILM_DIR the directory) configures it;
+the release's preprocessing (lowercased text, EOS appended) is `xtr.text.tokenization`'s.
 
 `write` puts a model trained here in the same layout (`xtr-export-model`), with the files
 sentence-transformers and PyLate read besides: `modules.json` (Transformer -> 2_Dense; the
@@ -72,17 +73,41 @@ def load_params(directory: str) -> dict:
   hf_config = _read_json(config_path) if os.path.exists(config_path) else {}
   is_bert = hf_config.get("model_type") == "bert"
   _check_files(directory, BERT_FILES if is_bert else FILES)
-  try:
-    config = (hf_weights.bert_config_from_hf(hf_config)
-              if is_bert else hf_weights.t5_config_from_hf(hf_config))
-  except KeyError as e:  # bert_config_from_hf reads the keys BertConfig needs
-    raise ValueError(f"{config_path}: missing key {e}") from None
-  except ValueError as e:
-    raise ValueError(f"{config_path}: {e}") from None
+  config = _backbone_config(config_path, hf_config)
   hidden = config.hidden_size if is_bert else config.emb_dim
   kernel = _projection(os.path.join(directory, "2_Dense"), hidden)
   load = hf_weights.load_bert_backbone if is_bert else hf_weights.load_t5_backbone
   return {"backbone": load(directory, config), "projection": {"kernel": kernel}}
+
+
+def _backbone_config(path: str, hf_config: dict) -> t5.T5Config | bert.BertConfig:
+  """The backbone's config of `hf_config`, read from the config.json at `path` (BERT's if its
+  model_type is "bert", else T5's); a ValueError names `path`, the key and its value."""
+  try:
+    if hf_config.get("model_type") == "bert":
+      return hf_weights.bert_config_from_hf(hf_config)
+    return hf_weights.t5_config_from_hf(hf_config)
+  except KeyError as e:  # bert_config_from_hf reads the keys BertConfig needs
+    raise ValueError(f"{path}: missing key {e}") from None
+  except ValueError as e:
+    raise ValueError(f"{path}: {e}") from None
+
+
+def check_config(directory: str, backbone: t5.T5Config | bert.BertConfig) -> None:
+  """Refuses a model whose `backbone` config (the gin files') differs from `directory`'s
+  config.json in a key that the weights' converted config has: `load_params` fits the weights to
+  config.json, but the model computes with its own config (a layer_norm_epsilon of 0.5 there was
+  ignored, where transformers used it). dtype, dropout and the layers' layout are no keys there."""
+  path = os.path.join(directory, "config.json")
+  found = hf_weights.config_to_hf(_backbone_config(path, _read_json(path)))
+  try:
+    expected = hf_weights.config_to_hf(backbone)
+  except ValueError as e:
+    raise ValueError(f"{path} cannot hold the gin model: {e}") from None
+  for key, value in found.items():
+    if expected.get(key) != value:
+      raise ValueError(f"{path}: {key} = {value!r}, but the gin model has "
+                       f"{expected.get(key)!r}; give the gin files that match it.")
 
 
 def _check_files(directory: str, files: tuple[str, ...]) -> None:
@@ -101,10 +126,12 @@ def _check_files(directory: str, files: tuple[str, ...]) -> None:
 
 
 def _read_json(path: str) -> dict:
-  """The JSON object in `path`; a ValueError naming the file if it is not one."""
+  """The JSON object in `path`; a ValueError naming the file if it is not one (json raises a
+  ValueError of its own for bad syntax, bytes that are not UTF-8 and integers of over 4,300
+  digits)."""
   try:
     value = json.loads(io.read_bytes(path, _MAX_JSON_BYTES))
-  except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+  except (ValueError, RecursionError) as e:
     raise ValueError(f"{path} is not valid JSON ({e}).") from None
   if not isinstance(value, dict):
     raise ValueError(f"{path} must hold a JSON object, not {type(value).__name__}.")
@@ -153,8 +180,7 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
     raise ValueError("The model has ALIGNER's salience heads, which the sentence-transformers "
                      "layout has no place for; export a model without them.")
   config = model.backbone.config
-  if not isinstance(config, (t5.T5Config, bert.BertConfig)):
-    raise ValueError(f"No Hugging Face layout for a {type(config).__name__} backbone.")
+  hf_config = hf_weights.config_to_hf(config)
   is_t5 = isinstance(config, t5.T5Config)
   tensors = hf_weights.backbone_to_hf(params["backbone"], config)
   hidden = config.emb_dim if is_t5 else config.hidden_size
@@ -162,7 +188,6 @@ def write(directory: str, model: xtr_encoder.XTREncoder, params: Any,
       params["projection"]["kernel"], np.float32))
   if not all(np.isfinite(t).all() for t in [*tensors.values(), kernel]):
     raise ValueError("The parameters are not all finite; nothing was written.")
-  hf_config = hf_weights.t5_config_to_hf(config) if is_t5 else hf_weights.bert_config_to_hf(config)
   temporary = temporary_dir(directory)
   for path in (directory, temporary):
     if os.path.lexists(path):
