@@ -1,5 +1,9 @@
 """The query/document encoder: batch rows bucketed to powers of two, lengths to multiples of
 length_bucket, rows split over the devices: each equal to one batch of the full length."""
+import os
+import re
+import shutil
+
 import gin
 import jax
 import numpy as np
@@ -7,6 +11,7 @@ import pytest
 
 from tests import retrieval_setup
 from xtr import cli
+from xtr import io
 from xtr.models import encoding
 from xtr.models import model_spec
 
@@ -106,3 +111,69 @@ def test_a_vocabulary_larger_than_the_embedding_table_is_refused(tmp_path, t5_sp
       ValueError, match="has 32,100 tokens, more than the 32,000 rows of the "
       "model's embedding table"):
     _encoder(tmp_path / "model", t5_spm_path, "t5.T5Config.vocab_size = 32000")
+
+
+@pytest.fixture(scope="module")
+def saved_runs(tmp_path_factory, t5_spm_path):
+  """Two runs of the tiny T5 with other parameters (seeds 0 and 1), each saved at step 1."""
+  root = tmp_path_factory.mktemp("runs")
+  for seed in (0, 1):
+    retrieval_setup.random_checkpoint(root / f"run{seed}", seed, t5_spm_path)
+  gin.clear_config()
+  return root
+
+
+@pytest.mark.parametrize("name", ["_METADATA", "manifest.ocdbt", "ocdbt.process_0/manifest.ocdbt"])
+def test_a_fifo_in_a_checkpoint_is_refused_before_orbax_reads_it(saved_runs, tmp_path, monkeypatch,
+                                                                 name):
+  """Orbax waited forever on the FIFO (every tool that loaded the checkpoint hung)."""
+  run = shutil.copytree(saved_runs / "run0", tmp_path / "run")
+  fifo = run / "checkpoints" / "1" / "state" / name
+  fifo.unlink()
+  os.mkfifo(fifo)
+  monkeypatch.setattr(encoding, "_restore", lambda *_: pytest.fail("orbax reads the checkpoint"))
+  with pytest.raises(io.UnsafeFileError, match=f"^{re.escape(str(fifo))} is a FIFO, not a file"):
+    encoding.load_params(str(run))
+
+
+def test_a_step_planted_as_a_link_to_another_runs_step_is_refused(saved_runs, tmp_path):
+  """A link checkpoints/2 -> the other run's step 1 was the run's latest step: the other run's
+  weights loaded, silently. A step dir that the user names is still followed."""
+  run = shutil.copytree(saved_runs / "run0", tmp_path / "run")
+  planted = run / "checkpoints" / "2"
+  planted.symlink_to(saved_runs / "run1" / "checkpoints" / "1")
+  with pytest.raises(io.UnsafeFileError,
+                     match=f"^{re.escape(str(planted))} is a symbolic link, not a file that xtr"):
+    encoding.load_params(str(run))
+  named = tmp_path / "named"
+  named.symlink_to(saved_runs / "run1" / "checkpoints" / "1")
+  assert encoding.fingerprint(encoding.load_params(str(named))) == encoding.fingerprint(
+      encoding.load_params(str(saved_runs / "run1")))
+
+
+def test_a_damaged_checkpoint_is_refused_in_one_line_naming_it(saved_runs, tmp_path, t5_spm_path):
+  """A truncated data file: orbax's bare Exception, a 145-line traceback and exit status 1; a
+  truncated _METADATA: a TypeError of xtr's."""
+  run = shutil.copytree(saved_runs / "run0", tmp_path / "run")
+  step = run / "checkpoints" / "1"
+  data = max((step / "state" / "ocdbt.process_0" / "d").iterdir(), key=os.path.getsize)
+  os.truncate(data, data.stat().st_size // 2)
+  message = (re.escape(f"The checkpoint {step} is damaged and cannot be read (OUT_OF_RANGE: "
+                       "Error reading ") + r'"params\.[^"]*" in OCDBT database at local file ' +
+             re.escape(f'"{step}/state/": Requested byte range '))
+  with pytest.raises(ValueError, match=f"^{message}"):
+    encoding.load_params(str(run))
+  process = retrieval_setup.run_tool("xtr.cli.export_model",
+                                     "--gin_file=gin/models/t5_1_1_tiny.gin",
+                                     f"--gin_bindings=T5_SPM_PATH = '{t5_spm_path}'",
+                                     f"--checkpoint={run}", f"--out={tmp_path / 'out'}",
+                                     timeout=300)
+  assert process.returncode == 2
+  [line] = process.stderr.splitlines()
+  assert re.match(f"xtr-tool: {message}", line) and line.endswith(
+      "): restore it from a copy, or use another checkpoint (an earlier step of the run).")
+  os.truncate(step / "state" / "_METADATA", 100)
+  with pytest.raises(
+      ValueError, match=re.escape(f"damaged and cannot be read (orbax cannot read "
+                                  f"the metadata of {step / 'state'})")):
+    encoding.load_params(str(run))

@@ -593,3 +593,48 @@ def test_a_preemption_notice_raises_preempted_after_saving_its_step(tmp_path, ms
   finally:
     gin.clear_config()
   assert preempted.value.code == 0 and _steps(tmp_path) == [2]
+
+
+def _saved_run(directory: pathlib.Path, seed: int) -> pathlib.Path:
+  """A run saved at step 1, its state {"w": 10,000 random floats of `seed`} (40 kB: a data file
+  apart from the tree's nodes); its checkpoints/."""
+  checkpointer = checkpoints.Checkpointer(str(directory), async_save=False)
+  w = np.random.default_rng(seed).random(10_000, np.float32)
+  checkpointer.maybe_save(1, {"w": w}, iter(tf.data.Dataset.range(3)), force=True)
+  checkpointer.close()
+  return directory / "checkpoints"
+
+
+def test_a_resume_refuses_a_link_or_fifo_in_the_checkpoints_before_orbax_reads_them(
+    tmp_path, monkeypatch):
+  """A step planted as a link to another run's step was resumed from (the other run's state); a
+  FIFO in a step hung the resume (orbax's CheckpointManager waited on it)."""
+  steps = _saved_run(tmp_path / "run", 0)
+  planted = steps / "2"
+  planted.symlink_to(_saved_run(tmp_path / "other", 1) / "1")
+  with pytest.raises(io.UnsafeFileError, match=f"^{re.escape(str(planted))} is a symbolic link"):
+    checkpoints.Checkpointer(str(tmp_path / "run"))
+  planted.unlink()
+  fifo = steps / "1" / "_CHECKPOINT_METADATA"
+  fifo.unlink()
+  os.mkfifo(fifo)
+  monkeypatch.setattr(checkpoints.ocp, "CheckpointManager",
+                      lambda *_, **__: pytest.fail("orbax reads the checkpoints"))
+  with pytest.raises(io.UnsafeFileError, match=f"^{re.escape(str(fifo))} is a FIFO"):
+    checkpoints.Checkpointer(str(tmp_path / "run"))
+
+
+def test_a_resume_from_a_truncated_checkpoint_is_refused_naming_it(tmp_path):
+  """Orbax's bare Exception of many lines; now a ValueError (exit status 2) naming the step."""
+  step = _saved_run(tmp_path / "run", 0) / "1"
+  data = max((step / "state" / "ocdbt.process_0" / "d").iterdir(), key=os.path.getsize)
+  os.truncate(data, data.stat().st_size // 2)
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])  # A sharding, as the trainer's.
+  abstract = {"w": jax.ShapeDtypeStruct((10_000,), np.float32, sharding=device)}
+  checkpointer = checkpoints.Checkpointer(str(tmp_path / "run"))
+  with pytest.raises(ValueError) as refused:
+    checkpointer.restore_latest(abstract, iter(tf.data.Dataset.range(3)))
+  assert re.fullmatch(
+      re.escape(f"The checkpoint {step} is damaged and cannot be read (") + r"[A-Z_]+: .*" +
+      re.escape("): restore it from a copy, or remove it and rerun to resume from the run's "
+                "previous step."), str(refused.value))

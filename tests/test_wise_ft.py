@@ -1,16 +1,20 @@
 """Tests for xtr/training/wise_ft.py: the interpolation against a hand computation, and the command
 on a trained run (its initial parameters saved by the trainer)."""
+import re
 import subprocess
 
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests import retrieval_setup
 from tests.test_trainer import REPO
 from tests.test_trainer import _final_params
 from tests.test_trainer import _train_smoke_in_process
+from xtr import io
 from xtr.models import encoding
 from xtr.training import wise_ft
 
@@ -91,3 +95,15 @@ def test_command_interpolates_a_run_with_its_saved_initial_parameters(tmp_path,
 def test_command_says_how_to_save_the_initial_parameters(tmp_path):
   with pytest.raises(FileNotFoundError, match="save_initial_params = True"):
     wise_ft.write(str(tmp_path), 0.5, str(tmp_path / "out"))
+
+
+def test_an_initial_planted_as_a_link_is_refused(tmp_path, t5_spm_path):
+  """run/initial, a link to another checkpoint, was read as the run's θ_0."""
+  run = tmp_path / "run"
+  retrieval_setup.random_checkpoint(run, 0, t5_spm_path)
+  gin.clear_config()
+  (run / "initial").symlink_to(run / "checkpoints" / "1")
+  with pytest.raises(io.UnsafeFileError,
+                     match=f"^{re.escape(str(run / 'initial'))} is a symbolic link"):
+    wise_ft.write(str(run), 0.5, str(tmp_path / "out"))
+  assert not (tmp_path / "out").exists()

@@ -4,8 +4,10 @@ Parameters come from an `xtr-train` checkpoint (a model directory or one of its 
 directories) or from a directory of the released XTR weights (`xtr.models.released`); the encoder's
 `fingerprint` (a hash of the parameters) ties an index to the exact weights that built it.
 """
+import contextlib
 import functools
 import hashlib
+import os
 from typing import Any
 from typing import Sequence
 
@@ -17,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from xtr import io
 from xtr import typecheck
 from xtr.models import released
 from xtr.models import xtr_encoder
@@ -24,10 +27,13 @@ from xtr.text import tokenization
 
 
 def latest_step_dir(checkpoint: str) -> epath.Path:
-  """A model dir (with checkpoints/) or a step dir -> the (absolute) step dir to load."""
+  """A model dir (with checkpoints/) or a step dir -> the (absolute) step dir to load, once
+  nothing in it is a symbolic link, FIFO or device (`check_files`), nor, if it is the latest step
+  of a run, the step dir itself (`check_step_dir`)."""
   path = epath.Path(checkpoint)
   path = path if path.is_absolute() else path.absolute()  # Orbax needs absolute paths.
   if (path / "state").exists():
+    check_files(path)  # The user's own path (it may be a link), not a name the run lists.
     return path
   # Step dirs that hold a saved state: a stray numbered directory is not the run's latest step.
   steps = [
@@ -36,7 +42,31 @@ def latest_step_dir(checkpoint: str) -> epath.Path:
   if not steps:
     raise FileNotFoundError(f"No complete xtr-train checkpoint under {path}, nor released XTR "
                             f"weights ({', '.join(released.FILES)}).")
-  return max(steps, key=lambda p: int(p.name))
+  latest = max(steps, key=lambda p: int(p.name))
+  check_step_dir(latest)
+  return latest
+
+
+def check_step_dir(step_dir: epath.Path) -> None:
+  """Refuses (io.UnsafeFileError, naming it) a step dir of a run's checkpoints/ that is a
+  symbolic link: planted there (e.g. to another run's step), another run's weights would load as
+  this run's latest step. Then `check_files`."""
+  if not io.is_remote(str(step_dir)):
+    io.inside(str(step_dir.parent), step_dir.name)
+  check_files(step_dir)
+
+
+def check_files(directory: epath.Path | str) -> None:
+  """Refuses (io.UnsafeFileError, naming it) any name under `directory` that is not a regular
+  file or a directory, before orbax reads it: orbax follows a symbolic link (to another run's
+  files) and waits forever on a FIFO. Links are not followed; remote directories not walked."""
+  if io.is_remote(str(directory)):
+    return
+  for entry in os.scandir(directory):
+    if entry.is_dir(follow_symlinks=False):
+      check_files(entry.path)
+    else:
+      io.regular_size(entry.path)  # UnsafeFileError unless a regular file.
 
 
 def load_params(checkpoint: str) -> Any:
@@ -45,30 +75,62 @@ def load_params(checkpoint: str) -> Any:
   released XTR directory (`released.FILES`), put there.
 
   Raises:
-    ValueError: naming the checkpoint and the first parameter that holds NaN or infinity.
+    ValueError: naming the checkpoint, if it cannot be read (`_restore`) or a parameter holds NaN
+      or infinity (the first such).
+    io.UnsafeFileError: naming a symbolic link, FIFO or device in it (`latest_step_dir`).
   """
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   if released.is_released(checkpoint):
     params = jax.device_put(released.load_params(checkpoint), device)
   else:
-    params = _restore(latest_step_dir(checkpoint) / "state", device)
+    params = _restore(latest_step_dir(checkpoint), device)
   check_finite(params, checkpoint)
   return params
 
 
-def _restore(state_dir: epath.Path, device: jax.sharding.Sharding) -> Any:
-  """The params of an xtr-train checkpoint's state directory, restored onto `device`."""
+def _restore(step_dir: epath.Path, device: jax.sharding.Sharding) -> Any:
+  """The params of an xtr-train checkpoint's step directory, restored onto `device`.
+
+  Raises:
+    ValueError: naming `step_dir`, if its metadata or a parameter's data cannot be read.
+  """
   # Imported on first use (~0.3 s): --help and the importers of this module don't pay for it.
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  state_dir = step_dir / "state"
   metadata = ocp.PyTreeCheckpointer().metadata(state_dir).item_metadata
+  if metadata is None:  # Orbax logs why (_METADATA missing or unreadable) and returns None.
+    raise _damaged(step_dir, f"orbax cannot read the metadata of {state_dir}")
   abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
                           metadata["params"])
-  restored = ocp.PyTreeCheckpointer().restore(
-      state_dir, args=ocp.args.PyTreeRestore(
-          item={"params": abstract}, restore_args={
-              "params": jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), abstract)
-          }, partial_restore=True))
+  with reading(step_dir):
+    restored = ocp.PyTreeCheckpointer().restore(
+        state_dir, args=ocp.args.PyTreeRestore(
+            item={"params": abstract}, restore_args={
+                "params": jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), abstract)
+            }, partial_restore=True))
   return restored["params"]
+
+
+_ANOTHER_STEP = "use another checkpoint (an earlier step of the run)"
+
+
+def _damaged(step_dir: epath.Path | str, why: str, remedy: str = _ANOTHER_STEP) -> ValueError:
+  """The error of a checkpoint that cannot be read: one line naming it, why, and what to do."""
+  return ValueError(f"The checkpoint {step_dir} is damaged and cannot be read ({why}): restore "
+                    f"it from a copy, or {remedy}.")
+
+
+@contextlib.contextmanager
+def reading(step_dir: epath.Path | str, remedy: str = _ANOTHER_STEP):
+  """Turns the error orbax raises when a parameter's data cannot be read (a truncated or
+  corrupted file: a bare `Exception` of many lines, TensorStore's ValueError as its cause) into
+  `_damaged(step_dir, the first line of TensorStore's message, remedy)`; others pass."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    if type(e) is not Exception or not isinstance(e.__cause__, ValueError):
+      raise  # Not orbax's wrapper of a read error (a bug, or an interrupted read).
+    raise _damaged(step_dir, str(e.__cause__).strip().split("\n")[0], remedy) from e
 
 
 def check_finite(params: Any, checkpoint: str) -> None:

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from xtr import io
 from xtr import typecheck
+from xtr.models import encoding
 
 
 class DatasetIteratorHandler(ocp.CheckpointHandler):
@@ -79,12 +80,16 @@ class DatasetIteratorRestore(ocp.args.CheckpointArgs):
   layout: dict[str, int]
 
 
+_RESUME_EARLIER = "remove it and rerun to resume from the run's previous step"
+
+
 @gin.configurable
 class Checkpointer:
   """Saves every `save_every_steps` steps, at logging steps once `save_every_minutes` have passed
   since the last save, and at the end; keeps the last `keep` steps. `data_layout` describes what
   this host's iterator feeds (e.g. its block of the batch): a resumed run restores the iterator
-  only where it matches."""
+  only where it matches. A symbolic link, FIFO or device in checkpoints/ (a step planted as a link
+  to another run's) is refused before orbax reads the steps (`encoding.check_files`)."""
 
   def __init__(self, model_dir: str, save_every_steps: int = 1000, save_every_minutes: float = 10.0,
                keep: int = 3, async_save: bool = True, data_layout: dict[str, int] | None = None):
@@ -100,6 +105,8 @@ class Checkpointer:
     self.save_every_steps = save_every_steps
     self.save_every_seconds = 60 * save_every_minutes
     self._last_save = time.monotonic()
+    if directory.exists():  # Before orbax lists and reads the steps (`encoding.check_files`).
+      encoding.check_files(directory)
     self.manager = ocp.CheckpointManager(
         directory if directory.is_absolute() else directory.absolute(), options=options,
         item_names=("state", "dataset"))
@@ -150,9 +157,10 @@ class Checkpointer:
     step = self.latest_step()
     if step is None:
       return None
-    restored = self.manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
-                                      dataset=DatasetIteratorRestore(iterator, self.data_layout)))
+    with encoding.reading(f"{self.directory}/{step}", remedy=_RESUME_EARLIER):
+      restored = self.manager.restore(
+          step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
+                                        dataset=DatasetIteratorRestore(iterator, self.data_layout)))
     if restored.dataset is not None:
       print(
           f"Warning: the input pipeline of {self.directory}/{step} is not restored: "

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from xtr import io
 from xtr.models import encoding
 from xtr.training import checkpoints
 
@@ -42,8 +43,9 @@ def interpolate(initial: Any, fine_tuned: Any, alpha: float) -> Any:
 def write(model_dir: str, alpha: float, out: str) -> bool:
   """Writes θ_alpha of the run `model_dir` (its latest step) as a checkpoint in `out`, unless
   `out` holds a checkpoint already; returns whether `out` now holds θ_alpha (False: another
-  checkpoint, e.g. θ_alpha of an earlier step, which is left as it is)."""
-  initial_dir = os.path.join(model_dir, checkpoints.INITIAL_PARAMS)
+  checkpoint, e.g. θ_alpha of an earlier step, which is left as it is). An `initial` that is a
+  symbolic link (planted: another run's θ_0) is refused (io.UnsafeFileError)."""
+  initial_dir = io.inside(model_dir, checkpoints.INITIAL_PARAMS)
   if not os.path.isdir(os.path.join(initial_dir, "state")):
     raise FileNotFoundError(f"{initial_dir}: no initial parameters; train with "
                             "initialization.Initialization.save_initial_params = True.")
