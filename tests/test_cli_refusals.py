@@ -595,3 +595,14 @@ def test_every_console_script_is_probed():
   scripts = re.findall(r'"xtr-[\w-]+=(xtr\.[\w.]+):console_entry_point"',
                        (REPO / "setup.py").read_text())
   assert len(scripts) == 12 and set(scripts) == set(_CASES)
+
+
+def test_an_imputation_beyond_the_similarities_scale_is_refused():
+  """Before, --impute=1e8 ranked by float32 cancellation (scores 0 where eq. 4 gives 0.85) and
+  --impute=3e38 called the index damaged; beyond ranker.MAX_IMPUTE, a score's float32 spacing
+  would swallow the similarities: refused, naming the flag, before the index is read."""
+  for status, stderr in _probe("xtr.search_main",
+                               [[*_SEARCH, "--impute=1e8"], [*_SEARCH, "--impute=-3e38"]]):
+    assert status == 2 and stderr.strip().endswith(
+        "give top_k_prime, zero, none or a number in [-10000, 10000]."), stderr
+    assert "--impute=" in stderr and len(stderr.strip().splitlines()) == 1, stderr

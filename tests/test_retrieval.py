@@ -603,3 +603,39 @@ def test_a_cold_search_traces_the_model_once(exported, monkeypatch):
   vectors, mask, _ = encoder.encode_queries(["what causes scurvy"])
   assert vectors.shape[-1] == encoder.dim and mask[0].any()
   assert encoder._apply._cache_size() == 1  # pylint: disable=protected-access
+
+
+def _refused_settings() -> list[tuple[str, object, str]]:
+  """(setting, value, what the refusal says) of SearchConfig's refusals."""
+  cores, ranged = os.cpu_count(), r"a number in \[-10000, 10000\], got "
+  return [
+      ("leaves_to_search", 2**40, "leaves_to_search must be a positive integer, got "
+       "1099511627776; at most 2,147,483,647"),
+      ("top_k", 2**31, "top_k must be a positive integer"),
+      ("k_prime", np.float32(3), "k_prime must be a positive integer"),
+      ("threads", cores + 1, f"threads must be a positive integer, got {cores + 1}; at most "
+       f"{cores:,} \\(the CPU cores\\)"),
+      ("alignment", 5, "alignment must be an Alignment or its text"),
+      ("alignment", "top_k:0", "alignment 'top_k:0'"),
+      ("prune_query", "0.5", r"prune_query must be in \(0, 1\], got '0.5'"),
+      ("prune_query", True, "prune_query must be in"),
+      ("impute", 10**400, "impute must be one of top_k_prime, zero, none or " + ranged + "1000"),
+      ("impute", 1e8, ranged + "100000000.0"),
+      ("impute", float("nan"), ranged + "nan"),
+      ("impute", "mean", ranged + "'mean'"),
+      ("impute", True, ranged + "True"),
+  ]
+
+
+def test_search_settings_are_refused_by_name_or_taken_as_python_numbers():
+  """Before, these failed deep in the search (ScaNN's or numpy's TypeError, an AttributeError
+  after retrieval, an OverflowError), hung the process at exit (threads=20000), or refused a
+  numpy integer impute after encoding; now SearchConfig refuses them naming the setting."""
+  for name, value, message in _refused_settings():
+    with pytest.raises(ValueError, match=message):
+      ranker.SearchConfig(**{name: value})
+  config = ranker.SearchConfig(top_k=np.uint64(3), threads=np.int8(1), impute=np.int64(1),
+                               alignment="top_k:2", prune_query=np.float32(0.5))
+  assert (type(config.top_k), type(config.threads), config.impute, type(config.impute),
+          type(config.prune_query)) == (int, int, 1.0, float, float)
+  assert (str(config.alignment), config.alignment.k) == ("top_k:2", 2)

@@ -221,3 +221,19 @@ def test_exact_maxsim_matches_naive(k, query_tokens_per_step):
     np.testing.assert_array_equal(doc_index[b], np.concatenate([best, [-1] * padding]))
     np.testing.assert_allclose(scores[b, :len(best)], naive[best], atol=1e-6)
     assert np.all(scores[b, len(best):] == -np.inf)
+
+
+@pytest.mark.parametrize("impute", [1e4, -1e4, 1234.567])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_large_constant_imputation_keeps_the_similarities(impute, seed):
+  """A constant as large as SearchConfig allows, with documents that every query token retrieved
+  (their scores do not depend on it) and others: numpy and XLA f_XTR' equal the float64
+  definition. Before, (sum_i m_i + sum (max - m_i)) / n cancelled in float32 (at 1e8, every
+  score was 0 or a multiple of c)."""
+  scores, doc_ids, query_mask = _random_retrieval(seed, n=8, k_prime=6, num_docs=3)
+  expected = _naive_f_xtr_prime(scores, doc_ids, query_mask, impute)
+  _assert_matches(*search_scores.f_xtr_prime(scores, doc_ids, query_mask, impute=impute), expected)
+  top_docs, top_scores = search_scores.f_xtr_prime_top(scores[None], doc_ids[None],
+                                                       query_mask[None], impute, len(expected))
+  order = np.argsort(top_docs[0])
+  _assert_matches(np.asarray(top_docs[0])[order], np.asarray(top_scores[0])[order], expected)

@@ -453,8 +453,8 @@ def define_search_flags(scoring_only: str | None = None) -> Callable[[], ranker.
         "saliences); exhaustive: MaxSim of every document, no token retrieval "
         "(xtr.scoring.registry).")
     impute = flags.DEFINE_string(
-        "impute", defaults.impute, "f_XTR' imputation: top_k_prime, zero, none, or a finite "
-        "number.")
+        "impute", defaults.impute, "f_XTR' imputation: top_k_prime, zero, none, or a number "
+        f"in [-{ranker.MAX_IMPUTE:g}, {ranker.MAX_IMPUTE:g}].")
   alignment_text = flags.DEFINE_string(
       "alignment", str(defaults.alignment), "The sparse alignment of --scoring=aligner: top_k:K, "
       "top_p:P (P a fraction of the document's length, e.g. 0.015) or differentiable:K.")
@@ -513,14 +513,14 @@ def _warn_of_unread_flags(config: ranker.SearchConfig) -> None:
 
 
 def _impute(text: str) -> str | float:
-  """The value of --impute: a name, or a finite number."""
+  """The value of --impute: a name, or a number within `ranker.MAX_IMPUTE`."""
   if text in ("top_k_prime", "zero", "none"):
     return text
   try:
     value = float(text)
   except ValueError:
     value = math.nan
-  if not math.isfinite(value):
-    raise flags.ValidationError(
-        f"--impute={text}: give top_k_prime, zero, none or a finite number.")
+  if not abs(value) <= ranker.MAX_IMPUTE:
+    raise flags.ValidationError(f"--impute={text}: give top_k_prime, zero, none or a number in "
+                                f"[-{ranker.MAX_IMPUTE:g}, {ranker.MAX_IMPUTE:g}].")
   return value

@@ -18,6 +18,8 @@ from concurrent import futures
 import dataclasses
 import math
 import numbers
+import operator
+import os
 import sys
 import time
 from typing import Sequence
@@ -34,6 +36,11 @@ from xtr.scoring import registry
 from xtr.scoring import search_scores as scoring_lib
 
 QUERIES_PER_BATCH = 64  # Of f_XTR' search with threads > 1 (`rank_batch`).
+MAX_COUNT = alignment_lib.MAX_K  # Of top_k, k_prime, leaves_to_search: what ScaNN and JAX index.
+# Of a constant imputation: similarities of the model's L2-normalized token vectors lie in [-1, 1],
+# so a constant beyond them only orders documents by how many query tokens missed them; at 1e4 a
+# float32 score still resolves ~1e-3 (what float16 token vectors do), and beyond it, loses them.
+MAX_IMPUTE = 1e4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,17 +53,18 @@ class SearchConfig:
       of the index's token retrieval).
     scoring: a search scoring of `registry.SCORINGS` (see the module docstring).
     impute: f_XTR''s score for query tokens that retrieved nothing of a document:
-      "top_k_prime" (the paper's m_i), "zero", a finite float, or "none".
+      "top_k_prime" (the paper's m_i), "zero", a number in [-MAX_IMPUTE, MAX_IMPUTE], or "none".
     searcher: "scann" (the index's ScaNN searcher), "bruteforce" (exact token retrieval) or
       "device" (exact or binned retrieval from vectors resident on the accelerator,
       `xtr.index.device`; with scoring "xtr", f_XTR' runs there too).
-    alignment: the sparse alignment of "aligner" refinement.
+    alignment: the sparse alignment of "aligner" refinement (or its text, e.g. "top_k:1").
     prune_query: β_q in (0, 1]: only the most salient ⌈β_q·n⌉ query tokens retrieve tokens
       (None: all of them); needs a model with salience heads.
     leaves_to_search: ScaNN partitions searched per query token (None: the index's, as built).
     threads: CPU threads of token retrieval and scoring. 1 answers one query at a time (the
       latency of an interactive query); more answers f_XTR' queries in batches (`rank_batch`:
-      throughput, each query's time being its batch's divided by the batch's size).
+      throughput, each query's time being its batch's divided by the batch's size); at most
+      the CPU cores.
   """
   top_k: int = 100
   k_prime: int = 1000
@@ -69,18 +77,20 @@ class SearchConfig:
   threads: int = 1
 
   def __post_init__(self):
+    """Refuses a bad setting by name before any query is encoded, and stores numpy numbers and
+    an alignment's text as the Python int, float and `Alignment` that search uses."""
     registry.get(self.scoring, "search")
-    counts = ["top_k", "k_prime", "threads"]
+    counts = {"top_k": MAX_COUNT, "k_prime": MAX_COUNT, "threads": os.cpu_count() or 1}
     if self.leaves_to_search is not None:
-      counts.append("leaves_to_search")
-    for name in counts:
-      value = getattr(self, name)
-      if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(self.impute, float) and not math.isfinite(self.impute):
-      raise ValueError(f"impute must be a finite number, got {self.impute}")
-    if self.prune_query is not None and not 0 < self.prune_query <= 1:
-      raise ValueError(f"prune_query must be in (0, 1], got {self.prune_query}")
+      counts["leaves_to_search"] = MAX_COUNT
+    for name, most in counts.items():
+      object.__setattr__(self, name, _count(name, getattr(self, name), most))
+    object.__setattr__(self, "impute", _impute(self.impute))
+    object.__setattr__(self, "alignment", _alignment(self.alignment))
+    if self.prune_query is not None:
+      if not _real(self.prune_query) or not 0 < self.prune_query <= 1:
+        raise ValueError(f"prune_query must be in (0, 1], got {self.prune_query!r}")
+      object.__setattr__(self, "prune_query", float(self.prune_query))
 
   def within(self, token_index: reader.TokenIndex) -> "SearchConfig":
     """This config with top_k at most the index's documents and k_prime at most the tokens its
@@ -88,6 +98,48 @@ class SearchConfig:
     return dataclasses.replace(
         self, top_k=min(self.top_k, token_index.num_docs - len(token_index.deleted_docs)),
         k_prime=min(self.k_prime, token_index.num_indexed_tokens))
+
+
+def _count(name: str, value, most: int) -> int:
+  """`value` as an int in [1, most] (numpy integers accepted: a library's counts often are),
+  else ValueError naming `name`: a float, bool or out-of-range count would fail deep in the
+  search (numpy's padding, ScaNN's int32), or hang the process (threads beyond the cores)."""
+  try:
+    number = None if isinstance(value, bool) else operator.index(value)
+  except TypeError:
+    number = None
+  if number is None or not 1 <= number <= most:
+    bound = "the CPU cores" if name == "threads" else "the int32 bound"
+    raise ValueError(f"{name} must be a positive integer, got {value!r}; at most {most:,} "
+                     f"({bound})")
+  return number
+
+
+def _real(value) -> bool:
+  """Whether `value` is a real number (numpy's included), not a bool or a numeric string."""
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _impute(value: str | float) -> str | float:
+  """A named imputation, or a constant as a float in [-MAX_IMPUTE, MAX_IMPUTE]; ValueError
+  naming it otherwise (before encoding, not as an overflow or a type error in scoring)."""
+  if isinstance(value, str) and value in scoring_lib.IMPUTE_MODES:
+    return value
+  if _real(value) and abs(value) <= MAX_IMPUTE:
+    return float(value)
+  raise ValueError(f"impute must be one of {', '.join(scoring_lib.IMPUTE_MODES)} or a number in "
+                   f"[-{MAX_IMPUTE:g}, {MAX_IMPUTE:g}], got {value!r}")
+
+
+def _alignment(value: str | alignment_lib.Alignment) -> alignment_lib.Alignment:
+  """An `Alignment`, or its text parsed ("top_k:1"); anything else is refused by name before
+  retrieval rather than failing once the candidates are to be refined."""
+  if isinstance(value, str):
+    return alignment_lib.Alignment.parse(value)
+  if not isinstance(value, alignment_lib.Alignment):
+    raise ValueError(f"alignment must be an Alignment or its text (e.g. 'top_k:1'), got "
+                     f"{value!r}")
+  return value
 
 
 @dataclasses.dataclass

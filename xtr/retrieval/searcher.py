@@ -92,8 +92,6 @@ class Searcher:
     if self.index is None:
       raise ValueError("This Searcher is closed.")
     texts = _checked(queries)
-    if isinstance(alignment, str):
-      alignment = alignment_lib.Alignment.parse(alignment)
     config = ranker.SearchConfig(top_k=top_k, k_prime=k_prime, alignment=alignment, **config)
     # Loading and compiling happen in the first call, once: no query is answered twice.
     results = ranker.search(self.encoder, self.index, texts, config, progress=False, warm_up=False)

@@ -27,7 +27,7 @@ from xtr.scoring import functions
 
 Impute = Union[str, float]
 
-_IMPUTE_MODES = ("top_k_prime", "zero", "none")
+IMPUTE_MODES = ("top_k_prime", "zero", "none")
 
 
 def _imputed_scores(token_scores: np.ndarray, valid: np.ndarray, impute: Impute) -> np.ndarray:
@@ -36,7 +36,7 @@ def _imputed_scores(token_scores: np.ndarray, valid: np.ndarray, impute: Impute)
   Args:
     token_scores: [n, k'] float32 retrieval scores, sorted descending per row.
     valid: [n, k'] bool, True for real retrieved tokens (a prefix of each row).
-    impute: "top_k_prime", "zero" or a float constant ("none" never calls this).
+    impute: "top_k_prime" or "zero" (a constant and "none" never call this).
 
   Returns:
     [n] float32. For "top_k_prime", each row's last valid score: the k'-th score (or the last
@@ -49,9 +49,7 @@ def _imputed_scores(token_scores: np.ndarray, valid: np.ndarray, impute: Impute)
                     0.0).astype(np.float32)
   if impute == "zero":
     return np.zeros(n, np.float32)
-  if isinstance(impute, (int, float)) and not isinstance(impute, bool):
-    return np.full(n, impute, np.float32)
-  raise ValueError(f"impute must be one of {_IMPUTE_MODES} or a float, got {impute!r}.")
+  raise ValueError(f"impute must be one of {IMPUTE_MODES} or a float, got {impute!r}.")
 
 
 def _run_starts(*keys: np.ndarray) -> np.ndarray:
@@ -82,9 +80,10 @@ def f_xtr_prime(token_scores: np.ndarray, token_doc_ids: np.ndarray,
   size). Taken row by row (query token i, then rank), the tokens are ordered by document with a
   stable radix sort (`_by_document`), which keeps each document's tokens in (i, rank) order: a
   (document, i) run starts at its best rank, i.e. its max_j A_ij q_i.d_j, rows being sorted. A
-  document's score sums, over its runs, the gain max - m_i on top of sum_i m_i. (SciFact-sized
-  retrievals, 21 tokens × k' 1000, one thread: 0.37 ms with the top-k, against 0.98 with a
-  comparison sort of packed (document, token, rank) keys; see docs/performance.md.)
+  document's score sums, over its runs, the gain max - m_i on top of sum_i m_i (a constant m_i = c:
+  its runs' maxima plus c per query token that missed it, which cannot cancel in float32).
+  (SciFact-sized retrievals, 21 tokens × k' 1000, one thread: 0.37 ms with the top-k, against
+  0.98 with a comparison sort of packed (document, token, rank) keys; see docs/performance.md.)
 
   Args:
     token_scores: [n, k'] retrieval scores of each query token, sorted descending per row.
@@ -105,7 +104,6 @@ def f_xtr_prime(token_scores: np.ndarray, token_doc_ids: np.ndarray,
     scores, doc_ids = scores[query_mask], doc_ids[query_mask]
   n, k_prime = scores.shape
   valid = doc_ids >= 0
-  imputed = None if impute == "none" else _imputed_scores(scores, valid, impute)
   flat = np.flatnonzero(valid)  # i·k' + rank of each retrieved token, ascending.
   docs = doc_ids.ravel()[flat]
   order = _by_document(docs)
@@ -117,11 +115,15 @@ def f_xtr_prime(token_scores: np.ndarray, token_doc_ids: np.ndarray,
   candidates = docs[starts].astype(np.int32)
   if not len(candidates):
     return candidates, np.zeros(0, np.float32)
-  if imputed is None:
-    hits = np.diff(np.append(starts, len(docs)))
+  hits = np.diff(np.append(starts, len(docs)))
+  if impute == "none":
     return candidates, (np.add.reduceat(pair_max, starts) / hits).astype(np.float32)
-  gains = np.add.reduceat(pair_max - imputed[token], starts)
-  return candidates, ((imputed.sum() + gains) / max(n, 1)).astype(np.float32)
+  if isinstance(impute, str):  # m_i are similarities: sum_i m_i plus each hit's gain max - m_i.
+    imputed = _imputed_scores(scores, valid, impute)
+    total = imputed.sum() + np.add.reduceat(pair_max - imputed[token], starts)
+  else:  # A constant, which may be far larger: added apart, it does not cancel in float32.
+    total = np.add.reduceat(pair_max, starts) + (n - hits) * np.float32(impute)
+  return candidates, (total / max(n, 1)).astype(np.float32)
 
 
 @functools.partial(jax.jit, static_argnames=("impute", "top_k"))
@@ -164,13 +166,16 @@ def _f_xtr_prime_top(token_scores: jax.Array, token_doc_ids: jax.Array, query_ma
   segment = jnp.cumsum(new_doc) - 1
   total = lambda x: jax.ops.segment_sum(x, segment, num_segments=n * k_prime)
   segment_doc = jnp.full(n * k_prime, none).at[segment].min(docs)
+  hit_max, hits = total(jnp.where(first, scores, 0.0)), total(first.astype(jnp.float32))
   if impute == "none":
-    doc_scores = total(jnp.where(first, scores, 0.0)) / jnp.maximum(
-        total(first.astype(jnp.float32)), 1)
-  else:
+    doc_scores = hit_max / jnp.maximum(hits, 1)
+  elif isinstance(impute, str):  # As `f_xtr_prime`: sum_i m_i plus each hit's gain.
     imputed = _imputed_scores_xla(token_scores, valid, impute) * query_mask
     gains = total(jnp.where(first, scores - imputed[token], 0.0))
     doc_scores = (imputed.sum() + gains) / jnp.maximum(query_mask.sum(), 1)
+  else:  # A constant, added apart (`f_xtr_prime`).
+    doc_scores = (hit_max + (query_mask.sum() - hits) * jnp.float32(impute)) / jnp.maximum(
+        query_mask.sum(), 1)
   doc_scores = jnp.where(segment_doc != none, doc_scores, -jnp.inf)
   top_scores, where = jax.lax.top_k(doc_scores, min(top_k, n * k_prime))
   top_docs = jnp.where(top_scores > -jnp.inf, segment_doc[where], -1)
@@ -188,9 +193,7 @@ def _imputed_scores_xla(token_scores: jax.Array, valid: jax.Array, impute: Imput
                                          jnp.maximum(last, 0)[:, None], axis=1)[:, 0], 0.0)
   if impute == "zero":
     return jnp.zeros(token_scores.shape[0], jnp.float32)
-  if isinstance(impute, (int, float)) and not isinstance(impute, bool):
-    return jnp.full(token_scores.shape[0], impute, jnp.float32)
-  raise ValueError(f"impute must be one of {_IMPUTE_MODES} or a float, got {impute!r}.")
+  raise ValueError(f"impute must be one of {IMPUTE_MODES} or a float, got {impute!r}.")
 
 
 def top_candidates(doc_ids: np.ndarray, scores: np.ndarray,
