@@ -49,6 +49,7 @@ from xtr.analysis import measure
 from xtr.analysis import plots
 from xtr.evaluation import beir_eval
 from xtr.models import encoding
+from xtr.models import model_spec
 from xtr.scoring import alignment
 
 _SPLIT_FLAGS = cli.SplitFlags("qrels split of the queries (qrels/{split}.tsv).")
@@ -138,7 +139,7 @@ def _encoders(checkpoints: dict[str, str], settings: measure.Settings):
   """(label, encoder) of each checkpoint, then of the untuned backbone if a loader is bound;
   one at a time, so that one model's parameters are in memory at once."""
   for label, path in checkpoints.items():
-    yield label, encoding.Encoder(encoding.load_params(path))
+    yield label, model_spec.gin_encoder(path)  # Refused unless it fits the gin model.
   if settings.pretrained_backbone is not None:
     yield UNTUNED, measure.untuned_encoder(settings)
 
